@@ -1,0 +1,336 @@
+#include "core/job_spec.h"
+
+#include <array>
+#include <charconv>
+#include <csignal>
+
+#include "core/names.h"
+#include "core/tenancy.h"
+
+namespace trainyard {
+namespace {
+
+struct SignalEntry {
+  const char* name;
+  int number;
+};
+constexpr std::array kSignals = {
+    SignalEntry{"SIGHUP", SIGHUP},   SignalEntry{"SIGINT", SIGINT},
+    SignalEntry{"SIGQUIT", SIGQUIT}, SignalEntry{"SIGKILL", SIGKILL},
+    SignalEntry{"SIGUSR1", SIGUSR1}, SignalEntry{"SIGUSR2", SIGUSR2},
+    SignalEntry{"SIGTERM", SIGTERM}, SignalEntry{"SIGCONT", SIGCONT},
+    SignalEntry{"SIGSTOP", SIGSTOP}, SignalEntry{"SIGXCPU", SIGXCPU},
+    SignalEntry{"SIGALRM", SIGALRM}, SignalEntry{"SIGPWR", SIGPWR},
+};
+
+bool ValidEnvKey(std::string_view k) {
+  if (k.empty() || k.size() > 256) return false;
+  if (!((k[0] >= 'A' && k[0] <= 'Z') || (k[0] >= 'a' && k[0] <= 'z') || k[0] == '_')) return false;
+  for (char c : k) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ValidLabelKey(std::string_view k) {
+  if (k.empty() || k.size() > 253) return false;
+  for (char c : k) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.' || c == '/';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Free text must be UTF-8 without NUL bytes (it ends up in argv, env and JSON).
+bool BadText(std::string_view s) {
+  return s.find('\0') != std::string_view::npos || !IsValidUtf8(s);
+}
+
+class Checker {
+ public:
+  void Add(std::string field, std::string message) {
+    out_.push_back(Diagnostic{"", 0, std::move(field), std::move(message)});
+  }
+  void Range(std::string field, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo) {
+      Add(std::move(field), "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+    } else if (v > hi) {
+      Add(std::move(field), "must be <= " + std::to_string(hi) + ", got " + std::to_string(v));
+    }
+  }
+  void Name(std::string field, std::string_view v, bool required) {
+    if (v.empty() && !required) return;
+    Status s = ValidateName(field, v);
+    if (!s.ok()) {
+      // ValidateName prefixes the field; keep the rest.
+      std::string m = s.message();
+      std::string prefix = field + ": ";
+      if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+      Add(std::move(field), m);
+    }
+  }
+  void Path(std::string field, std::string_view v) {
+    if (v.size() > SpecLimits::kMaxPathBytes) {
+      Add(std::move(field), "must be at most " + std::to_string(SpecLimits::kMaxPathBytes) +
+                                " bytes, got " + std::to_string(v.size()));
+    } else if (BadText(v)) {
+      Add(std::move(field), "must be UTF-8 text without NUL bytes");
+    }
+  }
+  std::vector<Diagnostic> Take() { return std::move(out_); }
+
+ private:
+  std::vector<Diagnostic> out_;
+};
+
+}  // namespace
+
+std::string Diagnostic::ToString() const {
+  std::string out;
+  if (!file.empty()) {
+    out += file;
+    out += ':';
+    if (line > 0) {
+      out += std::to_string(line);
+      out += ':';
+    }
+    out += ' ';
+  }
+  if (!field.empty()) {
+    out += field;
+    out += ": ";
+  }
+  out += message;
+  return out;
+}
+
+std::string_view TopologyConstraintName(TopologyConstraint c) {
+  switch (c) {
+    case TopologyConstraint::kNone:
+      return "none";
+    case TopologyConstraint::kSameNode:
+      return "same-node";
+    case TopologyConstraint::kSameNvlink:
+      return "same-nvlink";
+    case TopologyConstraint::kSameLeaf:
+      return "same-leaf";
+  }
+  return "none";
+}
+
+std::optional<TopologyConstraint> ParseTopologyConstraint(std::string_view name) {
+  for (auto c : {TopologyConstraint::kNone, TopologyConstraint::kSameNode,
+                 TopologyConstraint::kSameNvlink, TopologyConstraint::kSameLeaf}) {
+    if (TopologyConstraintName(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> CanonicalSignalName(std::string_view name) {
+  int number = 0;
+  auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), number);
+  bool numeric = ec == std::errc() && ptr == name.data() + name.size() && !name.empty();
+  for (const auto& s : kSignals) {
+    std::string_view full = s.name;
+    if (numeric ? s.number == number : (name == full || name == full.substr(3))) {
+      return std::string(full);
+    }
+  }
+  return std::nullopt;
+}
+
+void NormalizeSpec(JobSpec& spec) {
+  if (spec.min_replicas == 0) spec.min_replicas = spec.replicas;
+  if (spec.tenant.empty()) spec.tenant = kDefaultTenant;
+  if (spec.queue.empty()) spec.queue = kDefaultQueue;
+  if (spec.priority.empty()) spec.priority = kDefaultPriorityClass;
+  spec.resources.gpu_type = NormalizeGpuType(spec.resources.gpu_type);
+  if (auto sig = CanonicalSignalName(spec.checkpoint.notice_signal)) {
+    spec.checkpoint.notice_signal = *sig;
+  }
+  if (spec.retry.max_backoff < spec.retry.backoff) spec.retry.max_backoff = spec.retry.backoff;
+  if (spec.experiment.code.empty()) spec.experiment.code = "auto";
+}
+
+int64_t TotalGpus(const JobSpec& spec) {
+  return SaturatingMul(spec.resources.gpus, std::max<int64_t>(spec.replicas, 0));
+}
+
+std::vector<Diagnostic> ValidateSpec(const JobSpec& spec) {
+  Checker c;
+  c.Name("name", spec.name, /*required=*/true);
+  c.Name("tenant", spec.tenant, false);
+  c.Name("queue", spec.queue, false);
+  c.Name("priority", spec.priority, false);
+
+  c.Range("replicas", spec.replicas, 1, SpecLimits::kMaxReplicas);
+  if (spec.min_replicas != 0) {
+    c.Range("min_replicas", spec.min_replicas, 1, spec.replicas > 0 ? spec.replicas : 1);
+  }
+  c.Range("procs_per_replica", spec.procs_per_replica, 1, SpecLimits::kMaxProcsPerReplica);
+
+  const Resources& r = spec.resources;
+  c.Range("resources.gpus", r.gpus, 0, SpecLimits::kMaxGpusPerReplica);
+  if (r.gpus >= 0 && r.gpus <= SpecLimits::kMaxGpusPerReplica && spec.replicas >= 1 &&
+      spec.replicas <= SpecLimits::kMaxReplicas && TotalGpus(spec) > SpecLimits::kMaxTotalGpus) {
+    c.Add("resources.gpus", "the gang asks for " + std::to_string(TotalGpus(spec)) +
+                                " GPUs in all (replicas x gpus); at most " +
+                                std::to_string(SpecLimits::kMaxTotalGpus) + " are allowed");
+  }
+  if (!r.gpu_type.empty()) {
+    bool ok = r.gpu_type.size() <= 64;
+    for (char ch : r.gpu_type) {
+      ok = ok && ((ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' ||
+                  ch == '.');
+    }
+    if (!ok) {
+      c.Add("resources.gpu_type",
+            "must be a GPU model such as H100, A100 or L40S, got " + QuoteForMessage(r.gpu_type));
+    }
+    if (r.gpus == 0) {
+      c.Add("resources.gpu_type", "is set to " + r.gpu_type + " but resources.gpus is 0");
+    }
+  }
+  c.Range("resources.gpu_memory", r.gpu_memory_bytes, 0, int64_t{16} << 40);
+  if (r.milli_cpus < 0 || r.milli_cpus > SpecLimits::kMaxMilliCpusPerReplica) {
+    std::string got = r.milli_cpus % 1000 == 0 ? std::to_string(r.milli_cpus / 1000)
+                                               : std::to_string(r.milli_cpus) + "m";
+    c.Add("resources.cpus", "must be between 0 and " +
+                                std::to_string(SpecLimits::kMaxMilliCpusPerReplica / 1000) +
+                                ", got " + got);
+  }
+  if (r.memory_bytes < 0 || r.memory_bytes > SpecLimits::kMaxMemoryPerReplica) {
+    c.Add("resources.memory", "must be between 0 and 64Ti, got " + FormatMemory(r.memory_bytes));
+  }
+
+  if (spec.command.empty() == spec.script.empty()) {
+    c.Add(spec.command.empty() ? "command" : "script",
+          spec.command.empty() ? "one of command (an argv list) or script is required"
+                               : "give either command or script, not both");
+  }
+  if (spec.command.size() + spec.args.size() > SpecLimits::kMaxArgs) {
+    c.Add("args", "at most " + std::to_string(SpecLimits::kMaxArgs) +
+                      " command and args entries, got " +
+                      std::to_string(spec.command.size() + spec.args.size()));
+  }
+  auto check_argv = [&](std::string_view field, const std::vector<std::string>& v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string f = std::string(field) + "[" + std::to_string(i) + "]";
+      if (BadText(v[i])) c.Add(f, "must be UTF-8 text without NUL bytes");
+      if (v[i].size() > SpecLimits::kMaxArgBytes) {
+        c.Add(f, "must be at most " + std::to_string(SpecLimits::kMaxArgBytes) + " bytes");
+      }
+    }
+  };
+  check_argv("command", spec.command);
+  check_argv("args", spec.args);
+  if (!spec.command.empty() && spec.command[0].empty()) {
+    c.Add("command[0]", "must name the program to run, got an empty string");
+  }
+  if (BadText(spec.script)) c.Add("script", "must be UTF-8 text without NUL bytes");
+
+  if (spec.env.size() > SpecLimits::kMaxEnv) {
+    c.Add("env", "at most " + std::to_string(SpecLimits::kMaxEnv) + " variables, got " +
+                     std::to_string(spec.env.size()));
+  }
+  for (const auto& [k, v] : spec.env) {
+    if (!ValidEnvKey(k)) {
+      c.Add("env", "variable name must match [A-Za-z_][A-Za-z0-9_]*, got " + QuoteForMessage(k));
+    } else if (k.rfind("TRAINYARD_", 0) == 0) {
+      c.Add("env." + k, "names starting with TRAINYARD_ are set by Trainyard and are reserved");
+    }
+    if (v.size() > SpecLimits::kMaxEnvValueBytes) {
+      c.Add("env." + k, "value must be at most " + std::to_string(SpecLimits::kMaxEnvValueBytes) +
+                            " bytes, got " + std::to_string(v.size()));
+    } else if (BadText(v)) {
+      c.Add("env." + k, "value must be UTF-8 text without NUL bytes");
+    }
+  }
+  c.Path("working_dir", spec.working_dir);
+  c.Path("output", spec.output);
+  c.Path("error", spec.error);
+  c.Path("checkpoint.dir", spec.checkpoint.dir);
+
+  if (spec.time_limit.count() < 0 || spec.time_limit > SpecLimits::kMaxTimeLimit) {
+    c.Add("time_limit",
+          "must be between 0 (none) and 366d, got " + FormatDuration(spec.time_limit));
+  }
+  const CheckpointSpec& ck = spec.checkpoint;
+  if (ck.interval.count() < 0 || ck.interval > SpecLimits::kMaxTimeLimit) {
+    c.Add("checkpoint.interval",
+          "must be between 0 (none) and 366d, got " + FormatDuration(ck.interval));
+  }
+  if (ck.preempt_grace.count() < 0 || ck.preempt_grace > SpecLimits::kMaxGrace) {
+    c.Add("checkpoint.preempt_grace",
+          "must be between 0s and 1d, got " + FormatDuration(ck.preempt_grace));
+  }
+  if (!CanonicalSignalName(ck.notice_signal)) {
+    c.Add("checkpoint.notice_signal",
+          "must be a signal such as SIGUSR1, SIGUSR2, SIGTERM or SIGINT, got " +
+              QuoteForMessage(ck.notice_signal));
+  } else if (*CanonicalSignalName(ck.notice_signal) == "SIGKILL" ||
+             *CanonicalSignalName(ck.notice_signal) == "SIGSTOP") {
+    c.Add("checkpoint.notice_signal",
+          ck.notice_signal + " cannot be caught, so the job could never checkpoint; use SIGUSR1");
+  }
+
+  c.Range("retry.max", spec.retry.max, 0, SpecLimits::kMaxRetries);
+  if (spec.retry.backoff.count() < 0 || spec.retry.backoff > SpecLimits::kMaxGrace) {
+    c.Add("retry.backoff", "must be between 0s and 1d, got " + FormatDuration(spec.retry.backoff));
+  }
+  if (spec.retry.max_backoff.count() < 0 || spec.retry.max_backoff > SpecLimits::kMaxGrace) {
+    c.Add("retry.max_backoff",
+          "must be between 0s and 1d, got " + FormatDuration(spec.retry.max_backoff));
+  }
+
+  const ExperimentSpec& ex = spec.experiment;
+  c.Name("experiment.name", ex.name, false);
+  if (ex.params.size() > SpecLimits::kMaxParams) {
+    c.Add("experiment.params", "at most " + std::to_string(SpecLimits::kMaxParams) +
+                                   " parameters, got " + std::to_string(ex.params.size()));
+  }
+  for (const auto& [k, v] : ex.params) {
+    if (k.empty() || k.size() > 250 || BadText(k)) {
+      c.Add("experiment.params",
+            "parameter names must be 1 to 250 characters, got " + QuoteForMessage(k));
+    }
+    if (v.size() > 6000 || BadText(v)) {
+      c.Add("experiment.params." + k, "value must be at most 6000 characters without NUL bytes");
+    }
+  }
+  if (ex.data_version.size() > 1024 || BadText(ex.data_version)) {
+    c.Add("experiment.data_version", "must be at most 1024 characters without NUL bytes");
+  }
+  if (!ex.code.empty() && ex.code != "auto" && ex.code != "none") {
+    bool hex = ex.code.size() >= 7 && ex.code.size() <= 64;
+    for (char ch : ex.code) hex = hex && ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
+    if (!hex) {
+      c.Add("experiment.code", "must be auto, none or a git commit id (7 to 64 hex digits), got " +
+                                   QuoteForMessage(ex.code));
+    }
+  }
+
+  if (spec.labels.size() > SpecLimits::kMaxLabels) {
+    c.Add("labels", "at most " + std::to_string(SpecLimits::kMaxLabels) + " labels, got " +
+                        std::to_string(spec.labels.size()));
+  }
+  for (const auto& [k, v] : spec.labels) {
+    if (!ValidLabelKey(k)) {
+      c.Add("labels",
+            "label keys may hold only letters, digits, '-', '_', '.', '/' (1 to 253), "
+            "got " +
+                QuoteForMessage(k));
+    }
+    if (v.size() > SpecLimits::kMaxLabelValueBytes || BadText(v)) {
+      c.Add("labels." + k, "value must be at most " +
+                               std::to_string(SpecLimits::kMaxLabelValueBytes) +
+                               " characters without NUL bytes");
+    }
+  }
+  return c.Take();
+}
+
+}  // namespace trainyard

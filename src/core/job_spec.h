@@ -1,0 +1,137 @@
+// JobSpec: what a user asks for, after parsing and normalisation.
+//
+// A job is a gang of `replicas` identical replicas (at least `min_replicas` of them
+// start together, or none do). Each replica runs `procs_per_replica` ranks and asks
+// for `resources`. The spec comes from YAML (spec_yaml.h), JSON (a YAML subset) or an
+// #SBATCH script (sbatch.h); every path ends in ValidateSpec, so all carry the same
+// rules and the same messages.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/resources.h"
+#include "core/units.h"
+
+namespace trainyard {
+
+enum class TopologyConstraint { kNone, kSameNode, kSameNvlink, kSameLeaf };
+std::string_view TopologyConstraintName(TopologyConstraint c);  // "none", "same-node", ...
+std::optional<TopologyConstraint> ParseTopologyConstraint(std::string_view name);
+
+struct TopologySpec {
+  TopologyConstraint constraint = TopologyConstraint::kNone;
+  bool hard = false;  // hard: never place otherwise; soft: prefer, else place anyway
+
+  bool operator==(const TopologySpec&) const = default;
+};
+
+struct CheckpointSpec {
+  std::string dir;                        // empty: the cluster's default location
+  Duration interval{0};                   // 0: the job does not checkpoint periodically
+  Duration preempt_grace{60'000};         // time to checkpoint after the notice
+  std::string notice_signal = "SIGUSR1";  // sent to every rank on preemption
+
+  bool operator==(const CheckpointSpec&) const = default;
+};
+
+struct RetrySpec {
+  int32_t max = 0;                // retries after the first attempt
+  Duration backoff{10'000};       // first delay; doubles each retry
+  Duration max_backoff{600'000};  // ceiling of the doubling
+  bool exclude_failed_nodes = false;
+
+  bool operator==(const RetrySpec&) const = default;
+};
+
+struct ExperimentSpec {
+  std::string name;
+  std::map<std::string, std::string> params;  // values kept as written
+  std::string data_version;
+  std::string code;  // "auto" (capture git at submit), "none", or a commit id
+
+  bool operator==(const ExperimentSpec&) const = default;
+};
+
+struct JobSpec {
+  std::string name;
+  std::string tenant;
+  std::string queue;
+  std::string priority;  // priority class name
+  int32_t replicas = 1;
+  int32_t min_replicas = 0;  // 0 in input means "= replicas"; normalised
+  int32_t procs_per_replica = 1;
+  Resources resources;  // per replica
+  TopologySpec topology;
+  std::vector<std::string> command;  // argv; exactly one of command and script
+  std::vector<std::string> args;     // appended to command
+  std::string script;                // a script body run by its #! interpreter
+  std::map<std::string, std::string> env;
+  std::string working_dir;
+  Duration time_limit{0};  // 0: none
+  CheckpointSpec checkpoint;
+  RetrySpec retry;
+  bool requeue = true;  // back to Pending on preemption or node loss (else Failed)
+  ExperimentSpec experiment;
+  std::map<std::string, std::string> labels;
+  std::string output;  // stdout path template; empty: the per-rank log store
+  std::string error;   // stderr path template; empty: with stdout
+
+  bool operator==(const JobSpec&) const = default;
+};
+
+// Limits that keep absurd or abusive specs out.
+struct SpecLimits {
+  static constexpr size_t kMaxSpecBytes = 1 << 20;
+  static constexpr int32_t kMaxReplicas = 65'536;
+  static constexpr int32_t kMaxProcsPerReplica = 1024;
+  static constexpr int64_t kMaxGpusPerReplica = 64;
+  static constexpr int64_t kMaxTotalGpus = 1 << 20;
+  static constexpr int64_t kMaxMilliCpusPerReplica = 4096 * 1000;
+  static constexpr int64_t kMaxMemoryPerReplica = int64_t{64} << 40;  // 64 TiB
+  static constexpr size_t kMaxEnv = 1000;
+  static constexpr size_t kMaxEnvValueBytes = 32 * 1024;
+  static constexpr size_t kMaxArgs = 10'000;
+  static constexpr size_t kMaxArgBytes = 128 * 1024;
+  static constexpr size_t kMaxLabels = 64;
+  static constexpr size_t kMaxLabelValueBytes = 256;
+  static constexpr size_t kMaxParams = 1000;
+  static constexpr size_t kMaxPathBytes = 4096;
+  static constexpr int32_t kMaxRetries = 100;
+  static constexpr Duration kMaxTimeLimit{int64_t{366} * 86'400'000};
+  static constexpr Duration kMaxGrace{int64_t{86'400'000}};
+};
+
+// One problem found in a spec. `field` is a dotted path ("resources.gpus",
+// "env.PATH"); `line` is 1-based, 0 when unknown.
+struct Diagnostic {
+  std::string file;
+  int line = 0;
+  std::string field;
+  std::string message;
+
+  // "job.yaml:7: replicas: must be >= 1, got 0"
+  std::string ToString() const;
+  bool operator==(const Diagnostic&) const = default;
+};
+
+// Fills defaults that depend on other fields (min_replicas, tenant, queue,
+// priority) so that two equivalent specs compare equal.
+void NormalizeSpec(JobSpec& spec);
+
+// Semantic checks shared by every input format. Returns one Diagnostic per problem
+// (line 0; the caller fills file and line from where it read each field).
+std::vector<Diagnostic> ValidateSpec(const JobSpec& spec);
+
+// Total GPUs of the gang at `replicas`, saturating.
+int64_t TotalGpus(const JobSpec& spec);
+
+// Signal names accepted for checkpoint.notice_signal ("SIGUSR1", "USR1", "10").
+// Returns the canonical "SIGxxx" name or nullopt.
+std::optional<std::string> CanonicalSignalName(std::string_view name);
+
+}  // namespace trainyard

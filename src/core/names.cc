@@ -1,0 +1,123 @@
+#include "core/names.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+namespace trainyard {
+
+size_t FirstInvalidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+bool IsValidUtf8(std::string_view s) { return FirstInvalidUtf8(s) == std::string_view::npos; }
+
+std::string QuoteForMessage(std::string_view value) {
+  constexpr size_t kMax = 80;
+  std::string out = "\"";
+  size_t n = 0;
+  for (unsigned char c : value) {
+    if (n++ == kMax) {
+      out += "...";
+      break;
+    }
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  return out;
+}
+
+Status ValidateName(std::string_view field, std::string_view value) {
+  auto fail = [&](std::string why) {
+    return InvalidArgument(std::string(field) + ": " + why + ", got " + QuoteForMessage(value));
+  };
+  if (value.empty()) return InvalidArgument(std::string(field) + ": must not be empty");
+  if (value.size() > kMaxNameLength) {
+    return fail("must be at most " + std::to_string(kMaxNameLength) + " characters (has " +
+                std::to_string(value.size()) + ")");
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (!alnum(value.front())) return fail("must start with a letter or digit");
+  for (char c : value) {
+    if (!alnum(c) && c != '-' && c != '_' && c != '.') {
+      return fail("may hold only letters, digits, '-', '_' and '.'");
+    }
+  }
+  return Status::Ok();
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string ClosestMatch(std::string_view word, const std::vector<std::string_view>& candidates) {
+  std::string best;
+  size_t best_d = 3;
+  for (auto c : candidates) {
+    size_t d = EditDistance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  if (best.empty() && word.size() >= 3) {
+    for (auto c : candidates) {
+      if (c.substr(0, word.size()) == word || word.substr(0, c.size()) == c) return std::string(c);
+    }
+  }
+  return best;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,656 @@
+#include "core/spec_codec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/names.h"
+#include "core/units.h"
+
+namespace trainyard {
+namespace {
+
+// Field names, one list per object, in the order they are written out.
+const std::vector<std::string_view> kTopFields = {"name",
+                                                  "tenant",
+                                                  "queue",
+                                                  "priority",
+                                                  "replicas",
+                                                  "min_replicas",
+                                                  "procs_per_replica",
+                                                  "resources",
+                                                  "topology",
+                                                  "command",
+                                                  "args",
+                                                  "script",
+                                                  "env",
+                                                  "working_dir",
+                                                  "time_limit",
+                                                  "checkpoint",
+                                                  "retry",
+                                                  "requeue",
+                                                  "experiment",
+                                                  "labels",
+                                                  "output",
+                                                  "error"};
+const std::vector<std::string_view> kResourceFields = {"gpus", "gpu_type", "gpu_memory", "cpus",
+                                                       "memory"};
+const std::vector<std::string_view> kTopologyFields = {"constraint", "mode"};
+const std::vector<std::string_view> kCheckpointFields = {"dir", "interval", "preempt_grace",
+                                                         "notice_signal"};
+const std::vector<std::string_view> kRetryFields = {"max", "backoff", "max_backoff",
+                                                    "exclude_failed_nodes"};
+const std::vector<std::string_view> kExperimentFields = {"name", "params", "data_version", "code"};
+
+std::string Join(const std::vector<std::string_view>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ", ";
+    out += v[i];
+  }
+  return out;
+}
+
+std::string KindName(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return QuoteForMessage(n.Scalar());
+    default:
+      return "an undefined value";
+  }
+}
+
+// Reads one YAML document into a JobSpec, collecting every problem it meets.
+class SpecReader {
+ public:
+  explicit SpecReader(std::string_view file) : file_(file) {}
+
+  void Read(const YAML::Node& root, JobSpec& spec) {
+    if (!root.IsMap()) {
+      Error(root, "",
+            "a job spec must be a map of fields (name, replicas, resources, ...), got " +
+                KindName(root));
+      return;
+    }
+    ForEachField(root, "", kTopFields, [&](const std::string& key, const YAML::Node& v) {
+      if (key == "name")
+        String(v, key, spec.name);
+      else if (key == "tenant")
+        String(v, key, spec.tenant);
+      else if (key == "queue")
+        String(v, key, spec.queue);
+      else if (key == "priority")
+        String(v, key, spec.priority);
+      else if (key == "replicas")
+        Int32(v, key, spec.replicas);
+      else if (key == "min_replicas")
+        Int32(v, key, spec.min_replicas);
+      else if (key == "procs_per_replica")
+        Int32(v, key, spec.procs_per_replica);
+      else if (key == "resources")
+        ReadResources(v, spec.resources);
+      else if (key == "topology")
+        ReadTopology(v, spec.topology);
+      else if (key == "command")
+        StringList(v, key, spec.command);
+      else if (key == "args")
+        StringList(v, key, spec.args);
+      else if (key == "script")
+        String(v, key, spec.script);
+      else if (key == "env")
+        StringMap(v, key, spec.env);
+      else if (key == "working_dir")
+        String(v, key, spec.working_dir);
+      else if (key == "time_limit")
+        DurationField(v, key, spec.time_limit);
+      else if (key == "checkpoint")
+        ReadCheckpoint(v, spec.checkpoint);
+      else if (key == "retry")
+        ReadRetry(v, spec.retry);
+      else if (key == "requeue")
+        Bool(v, key, spec.requeue);
+      else if (key == "experiment")
+        ReadExperiment(v, spec.experiment);
+      else if (key == "labels")
+        StringMap(v, key, spec.labels);
+      else if (key == "output")
+        String(v, key, spec.output);
+      else if (key == "error")
+        String(v, key, spec.error);
+    });
+  }
+
+  // Line where `field` (or, failing that, its closest enclosing object) was written.
+  int LineOf(const std::string& field) const {
+    std::string f = field;
+    while (true) {
+      if (auto it = lines_.find(f); it != lines_.end()) return it->second;
+      auto cut = f.find_last_of(".[");
+      if (cut == std::string::npos) return 0;
+      f = f.substr(0, cut);
+    }
+  }
+
+  void Error(const YAML::Node& at, std::string field, std::string message) {
+    errors_.push_back(Diagnostic{file_, LineOfNode(at), std::move(field), std::move(message)});
+  }
+  void ErrorAtLine(int line, std::string field, std::string message) {
+    errors_.push_back(Diagnostic{file_, line, std::move(field), std::move(message)});
+  }
+
+  std::vector<Diagnostic>& errors() { return errors_; }
+  std::vector<Diagnostic>& warnings() { return warnings_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  static int LineOfNode(const YAML::Node& n) {
+    if (!n.IsDefined()) return 0;
+    const YAML::Mark m = n.Mark();
+    return m.is_null() ? 0 : m.line + 1;
+  }
+
+  // Calls `fn(key, value)` for every known key of map `n`; unknown or repeated keys
+  // are errors. `prefix` is the dotted path of `n` ("" at top level).
+  void ForEachField(const YAML::Node& n, const std::string& prefix,
+                    const std::vector<std::string_view>& known,
+                    const std::function<void(const std::string&, const YAML::Node&)>& fn) {
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      const YAML::Node& k = kv.first;
+      if (!k.IsScalar()) {
+        Error(k, prefix, "field names must be plain words, got " + KindName(k));
+        continue;
+      }
+      const std::string& key = k.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      lines_.emplace(path, LineOfNode(k));
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string msg = "unknown field";
+        if (std::string hint = ClosestMatch(key, known); !hint.empty()) {
+          msg += "; did you mean " + hint + "?";
+        } else {
+          msg += "; valid fields" + std::string(prefix.empty() ? "" : " of " + prefix) + " are " +
+                 Join(known);
+        }
+        Error(k, path, msg);
+        continue;
+      }
+      if (!seen.insert(key).second) {
+        Error(k, path, "appears more than once; give each field once");
+        continue;
+      }
+      if (kv.second.IsNull()) continue;  // `field:` with no value: as if not given
+      fn(path, kv.second);
+    }
+  }
+
+  bool Scalar(const YAML::Node& v, const std::string& field, std::string_view expected) {
+    if (v.IsScalar()) return true;
+    Error(v, field, "must be " + std::string(expected) + ", got " + KindName(v));
+    return false;
+  }
+
+  void String(const YAML::Node& v, const std::string& field, std::string& out) {
+    if (Scalar(v, field, "a string")) out = v.Scalar();
+  }
+
+  bool ParseInt(const YAML::Node& v, const std::string& field, int64_t lo, int64_t hi,
+                int64_t& out) {
+    if (!Scalar(v, field, "an integer")) return false;
+    const std::string& s = v.Scalar();
+    int64_t n = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec == std::errc::result_out_of_range) {
+      Error(v, field, "must be <= " + std::to_string(hi) + ", got " + QuoteForMessage(s));
+      return false;
+    }
+    if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
+      Error(v, field, "must be an integer, got " + QuoteForMessage(s));
+      return false;
+    }
+    if (n < lo) {
+      Error(v, field, "must be >= " + std::to_string(lo) + ", got " + s);
+      return false;
+    }
+    if (n > hi) {
+      Error(v, field, "must be <= " + std::to_string(hi) + ", got " + s);
+      return false;
+    }
+    out = n;
+    return true;
+  }
+
+  void Int32(const YAML::Node& v, const std::string& field, int32_t& out) {
+    int64_t n = 0;
+    // Range is checked by ValidateSpec with the domain's limits; here only that it
+    // is a number that fits.
+    if (ParseInt(v, field, INT32_MIN, INT32_MAX, n)) out = static_cast<int32_t>(n);
+  }
+
+  void Bool(const YAML::Node& v, const std::string& field, bool& out) {
+    if (!Scalar(v, field, "true or false")) return;
+    const std::string& s = v.Scalar();
+    if (s == "true" || s == "True" || s == "yes") {
+      out = true;
+    } else if (s == "false" || s == "False" || s == "no") {
+      out = false;
+    } else {
+      Error(v, field, "must be true or false, got " + QuoteForMessage(s));
+    }
+  }
+
+  void DurationField(const YAML::Node& v, const std::string& field, Duration& out) {
+    if (!Scalar(v, field, "a duration such as \"30m\"")) return;
+    auto d = ParseDuration(v.Scalar());
+    if (!d.ok()) {
+      Error(v, field, d.status().message());
+      return;
+    }
+    out = *d;
+  }
+
+  void MemoryField(const YAML::Node& v, const std::string& field, int64_t& out) {
+    if (!Scalar(v, field, "a memory size such as \"256Gi\"")) return;
+    auto m = ParseMemory(v.Scalar());
+    if (!m.ok()) {
+      Error(v, field, m.status().message());
+      return;
+    }
+    out = *m;
+  }
+
+  // CPUs: a whole or decimal number of cores ("8", "0.5") or millicores ("500m").
+  void CpusField(const YAML::Node& v, const std::string& field, int64_t& out) {
+    if (!Scalar(v, field, "a number of CPUs such as 8, 0.5 or \"500m\"")) return;
+    const std::string& s = v.Scalar();
+    const std::string hint =
+        "must be a number of CPUs such as 8, 0.5 or \"500m\", got " + QuoteForMessage(s);
+    if (!s.empty() && s.back() == 'm') {
+      int64_t milli = 0;
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size() - 1, milli);
+      if (ec != std::errc() || ptr != s.data() + s.size() - 1 || milli < 0) {
+        Error(v, field, hint);
+        return;
+      }
+      out = milli;
+      return;
+    }
+    double cores = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), cores);
+    if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(cores) || cores < 0) {
+      Error(v, field, hint);
+      return;
+    }
+    if (cores > 1e9) {
+      Error(v, field,
+            "must be <= " + std::to_string(SpecLimits::kMaxMilliCpusPerReplica / 1000) + ", got " +
+                s);
+      return;
+    }
+    out = std::llround(cores * 1000);
+  }
+
+  void StringList(const YAML::Node& v, const std::string& field, std::vector<std::string>& out) {
+    if (v.IsScalar()) {
+      Error(v, field,
+            "must be a list of strings (an argv, e.g. [\"python3\", \"train.py\"]), got " +
+                KindName(v) + "; to run a shell command line use script:");
+      return;
+    }
+    if (!v.IsSequence()) {
+      Error(v, field, "must be a list of strings, got " + KindName(v));
+      return;
+    }
+    if (v.size() > SpecLimits::kMaxArgs) {
+      Error(v, field,
+            "must have at most " + std::to_string(SpecLimits::kMaxArgs) + " entries, got " +
+                std::to_string(v.size()));
+      return;
+    }
+    out.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      std::string f = field + "[" + std::to_string(i) + "]";
+      if (e.IsScalar()) {
+        out.push_back(e.Scalar());
+      } else {
+        Error(e, f, "must be a string, got " + KindName(e));
+      }
+    }
+  }
+
+  void StringMap(const YAML::Node& v, const std::string& field,
+                 std::map<std::string, std::string>& out) {
+    if (!v.IsMap()) {
+      Error(v, field, "must be a map of names to strings, got " + KindName(v));
+      return;
+    }
+    if (v.size() > SpecLimits::kMaxEnv + SpecLimits::kMaxParams) {
+      Error(v, field, "has " + std::to_string(v.size()) + " entries; far beyond the limits");
+      return;
+    }
+    for (const auto& kv : v) {
+      if (!kv.first.IsScalar()) {
+        Error(kv.first, field, "keys must be strings, got " + KindName(kv.first));
+        continue;
+      }
+      const std::string& key = kv.first.Scalar();
+      std::string f = field + "." + key;
+      lines_.emplace(f, LineOfNode(kv.first));
+      if (out.count(key)) {
+        Error(kv.first, f, "appears more than once");
+        continue;
+      }
+      if (kv.second.IsNull()) {
+        out[key] = "";
+      } else if (kv.second.IsScalar()) {
+        out[key] = kv.second.Scalar();
+      } else {
+        Error(kv.second, f, "must be a string, got " + KindName(kv.second));
+      }
+    }
+  }
+
+  bool Object(const YAML::Node& v, const std::string& field,
+              const std::vector<std::string_view>& known) {
+    if (v.IsMap()) return true;
+    Error(v, field, "must be a map with fields " + Join(known) + ", got " + KindName(v));
+    return false;
+  }
+
+  void ReadResources(const YAML::Node& v, Resources& r) {
+    if (!Object(v, "resources", kResourceFields)) return;
+    ForEachField(v, "resources", kResourceFields, [&](const std::string& f, const YAML::Node& x) {
+      if (f == "resources.gpus") {
+        int64_t n = 0;
+        if (ParseInt(x, f, INT64_MIN, INT64_MAX, n)) r.gpus = n;
+      } else if (f == "resources.gpu_type") {
+        String(x, f, r.gpu_type);
+      } else if (f == "resources.gpu_memory") {
+        MemoryField(x, f, r.gpu_memory_bytes);
+      } else if (f == "resources.cpus") {
+        CpusField(x, f, r.milli_cpus);
+      } else if (f == "resources.memory") {
+        MemoryField(x, f, r.memory_bytes);
+      }
+    });
+  }
+
+  void ReadTopology(const YAML::Node& v, TopologySpec& t) {
+    auto constraint = [&](const YAML::Node& x, const std::string& f) {
+      if (!Scalar(x, f, "one of none, same-node, same-nvlink, same-leaf")) return;
+      if (auto c = ParseTopologyConstraint(x.Scalar())) {
+        t.constraint = *c;
+      } else {
+        std::string msg = "must be one of none, same-node, same-nvlink, same-leaf, got " +
+                          QuoteForMessage(x.Scalar());
+        std::string hint =
+            ClosestMatch(x.Scalar(), {"none", "same-node", "same-nvlink", "same-leaf"});
+        if (!hint.empty()) msg += "; did you mean " + hint + "?";
+        Error(x, f, msg);
+      }
+    };
+    t.hard = true;  // a constraint that is written is meant, unless mode: soft says otherwise
+    if (v.IsScalar()) {
+      constraint(v, "topology");
+      return;
+    }
+    if (!Object(v, "topology", kTopologyFields)) return;
+    ForEachField(v, "topology", kTopologyFields, [&](const std::string& f, const YAML::Node& x) {
+      if (f == "topology.constraint") {
+        constraint(x, f);
+      } else if (f == "topology.mode") {
+        if (!Scalar(x, f, "hard or soft")) return;
+        if (x.Scalar() == "hard") {
+          t.hard = true;
+        } else if (x.Scalar() == "soft") {
+          t.hard = false;
+        } else {
+          Error(x, f, "must be hard or soft, got " + QuoteForMessage(x.Scalar()));
+        }
+      }
+    });
+  }
+
+  void ReadCheckpoint(const YAML::Node& v, CheckpointSpec& c) {
+    if (!Object(v, "checkpoint", kCheckpointFields)) return;
+    ForEachField(v, "checkpoint", kCheckpointFields,
+                 [&](const std::string& f, const YAML::Node& x) {
+                   if (f == "checkpoint.dir")
+                     String(x, f, c.dir);
+                   else if (f == "checkpoint.interval")
+                     DurationField(x, f, c.interval);
+                   else if (f == "checkpoint.preempt_grace")
+                     DurationField(x, f, c.preempt_grace);
+                   else if (f == "checkpoint.notice_signal")
+                     String(x, f, c.notice_signal);
+                 });
+  }
+
+  void ReadRetry(const YAML::Node& v, RetrySpec& r) {
+    if (!Object(v, "retry", kRetryFields)) return;
+    ForEachField(v, "retry", kRetryFields, [&](const std::string& f, const YAML::Node& x) {
+      if (f == "retry.max")
+        Int32(x, f, r.max);
+      else if (f == "retry.backoff")
+        DurationField(x, f, r.backoff);
+      else if (f == "retry.max_backoff")
+        DurationField(x, f, r.max_backoff);
+      else if (f == "retry.exclude_failed_nodes")
+        Bool(x, f, r.exclude_failed_nodes);
+    });
+  }
+
+  void ReadExperiment(const YAML::Node& v, ExperimentSpec& e) {
+    if (!Object(v, "experiment", kExperimentFields)) return;
+    ForEachField(v, "experiment", kExperimentFields,
+                 [&](const std::string& f, const YAML::Node& x) {
+                   if (f == "experiment.name")
+                     String(x, f, e.name);
+                   else if (f == "experiment.params")
+                     StringMap(x, f, e.params);
+                   else if (f == "experiment.data_version")
+                     String(x, f, e.data_version);
+                   else if (f == "experiment.code")
+                     String(x, f, e.code);
+                 });
+  }
+
+  std::string file_;
+  std::vector<Diagnostic> errors_;
+  std::vector<Diagnostic> warnings_;
+  std::map<std::string, int> lines_;
+};
+
+std::string CpusText(int64_t milli) {
+  if (milli % 1000 == 0) return std::to_string(milli / 1000);
+  return std::to_string(milli) + "m";
+}
+
+// A multi-line string reads best as a literal block, which cannot hold control
+// characters, leading blanks or trailing blanks on a line; those go double-quoted.
+bool LiteralBlockSafe(const std::string& s) {
+  // `|` keeps exactly one final newline, so the text must end with exactly one.
+  if (s.size() < 2 || s.back() != '\n' || s[s.size() - 2] == '\n') return false;
+  if (s.front() == ' ' || s.front() == '\n') return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
+    if ((c == ' ' || c == '\t') && (i + 1 == s.size() || s[i + 1] == '\n')) return false;
+  }
+  return true;
+}
+
+void EmitYaml(YAML::Emitter& out, const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& [k, v] : j.items()) {
+      out << YAML::Key << k << YAML::Value;
+      EmitYaml(out, v);
+    }
+    out << YAML::EndMap;
+  } else if (j.is_array()) {
+    bool flow = j.size() <= 8;
+    for (const auto& e : j)
+      flow = flow && e.is_string() && e.get_ref<const std::string&>().size() < 40;
+    if (flow) out << YAML::Flow;
+    out << YAML::BeginSeq;
+    for (const auto& e : j) EmitYaml(out, e);
+    out << YAML::EndSeq;
+  } else if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (LiteralBlockSafe(s)) {
+      out << YAML::Literal << s;
+    } else if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") {
+      out << YAML::DoubleQuoted << s;  // plain, these would read back as "no value"
+    } else {
+      out << s;  // the emitter quotes what needs quoting
+    }
+  } else if (j.is_boolean()) {
+    out << (j.get<bool>() ? "true" : "false");
+  } else if (j.is_number_integer()) {
+    out << j.get<int64_t>();
+  } else if (j.is_number()) {
+    out << j.dump();
+  } else {
+    out << YAML::Null;
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& SpecFieldNames() { return kTopFields; }
+
+SpecParseResult ParseSpec(std::string_view text, std::string_view file) {
+  SpecParseResult result;
+  SpecReader reader(file);
+  if (text.size() > SpecLimits::kMaxSpecBytes) {
+    reader.ErrorAtLine(0, "",
+                       "spec is " + std::to_string(text.size()) + " bytes; at most " +
+                           std::to_string(SpecLimits::kMaxSpecBytes) + " are accepted");
+    result.errors = std::move(reader.errors());
+    return result;
+  }
+  if (auto nul = text.find('\0'); nul != std::string_view::npos) {
+    int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + nul, '\n'));
+    reader.ErrorAtLine(line, "", "spec contains a NUL byte; it must be UTF-8 text");
+    result.errors = std::move(reader.errors());
+    return result;
+  }
+
+  if (auto bad = FirstInvalidUtf8(text); bad != std::string_view::npos) {
+    int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + bad, '\n'));
+    reader.ErrorAtLine(line, "",
+                       "spec is not valid UTF-8 (bad byte at offset " + std::to_string(bad) + ")");
+    result.errors = std::move(reader.errors());
+    return result;
+  }
+
+  JobSpec spec;
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+      reader.ErrorAtLine(0, "", "spec is empty; a job needs at least name and command");
+    } else if (docs.size() > 1) {
+      reader.ErrorAtLine(
+          0, "", "holds " + std::to_string(docs.size()) + " YAML documents; give one job per file");
+    } else {
+      reader.Read(docs[0], spec);
+    }
+  } catch (const YAML::Exception& e) {
+    int line = e.mark.is_null() ? 0 : e.mark.line + 1;
+    reader.ErrorAtLine(line, "", "not valid YAML: " + e.msg);
+  }
+
+  if (reader.errors().empty()) {
+    NormalizeSpec(spec);
+    for (Diagnostic& d : ValidateSpec(spec)) {
+      d.file = reader.file();
+      d.line = reader.LineOf(d.field);
+      reader.errors().push_back(std::move(d));
+    }
+  }
+  result.errors = std::move(reader.errors());
+  result.warnings = std::move(reader.warnings());
+  if (result.errors.empty()) result.spec = std::move(spec);
+  return result;
+}
+
+nlohmann::ordered_json SpecToJson(const JobSpec& s) {
+  using J = nlohmann::ordered_json;
+  J j = J::object();
+  j["name"] = s.name;
+  j["tenant"] = s.tenant;
+  j["queue"] = s.queue;
+  j["priority"] = s.priority;
+  j["replicas"] = s.replicas;
+  j["min_replicas"] = s.min_replicas;
+  j["procs_per_replica"] = s.procs_per_replica;
+  J r = J::object();
+  r["gpus"] = s.resources.gpus;
+  if (!s.resources.gpu_type.empty()) r["gpu_type"] = s.resources.gpu_type;
+  if (s.resources.gpu_memory_bytes > 0)
+    r["gpu_memory"] = FormatMemory(s.resources.gpu_memory_bytes);
+  if (s.resources.milli_cpus > 0) {
+    if (s.resources.milli_cpus % 1000 == 0) {
+      r["cpus"] = s.resources.milli_cpus / 1000;
+    } else {
+      r["cpus"] = CpusText(s.resources.milli_cpus);
+    }
+  }
+  if (s.resources.memory_bytes > 0) r["memory"] = FormatMemory(s.resources.memory_bytes);
+  j["resources"] = r;
+  if (s.topology.constraint != TopologyConstraint::kNone) {
+    j["topology"] = J{{"constraint", std::string(TopologyConstraintName(s.topology.constraint))},
+                      {"mode", s.topology.hard ? "hard" : "soft"}};
+  }
+  if (!s.command.empty()) j["command"] = s.command;
+  if (!s.args.empty()) j["args"] = s.args;
+  if (!s.script.empty()) j["script"] = s.script;
+  if (!s.env.empty()) j["env"] = s.env;
+  if (!s.working_dir.empty()) j["working_dir"] = s.working_dir;
+  if (s.time_limit.count() > 0) j["time_limit"] = FormatDuration(s.time_limit);
+  J c = J::object();
+  if (!s.checkpoint.dir.empty()) c["dir"] = s.checkpoint.dir;
+  if (s.checkpoint.interval.count() > 0) c["interval"] = FormatDuration(s.checkpoint.interval);
+  c["preempt_grace"] = FormatDuration(s.checkpoint.preempt_grace);
+  c["notice_signal"] = s.checkpoint.notice_signal;
+  j["checkpoint"] = c;
+  j["retry"] = J{{"max", s.retry.max},
+                 {"backoff", FormatDuration(s.retry.backoff)},
+                 {"max_backoff", FormatDuration(s.retry.max_backoff)},
+                 {"exclude_failed_nodes", s.retry.exclude_failed_nodes}};
+  j["requeue"] = s.requeue;
+  J e = J::object();
+  if (!s.experiment.name.empty()) e["name"] = s.experiment.name;
+  if (!s.experiment.params.empty()) e["params"] = s.experiment.params;
+  if (!s.experiment.data_version.empty()) e["data_version"] = s.experiment.data_version;
+  e["code"] = s.experiment.code;
+  j["experiment"] = e;
+  if (!s.labels.empty()) j["labels"] = s.labels;
+  if (!s.output.empty()) j["output"] = s.output;
+  if (!s.error.empty()) j["error"] = s.error;
+  return j;
+}
+
+std::string SpecToYaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  out.SetIndent(2);
+  EmitYaml(out, SpecToJson(spec));
+  std::string text = out.c_str();
+  text += "\n";
+  return text;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,64 @@
+#include "core/tenancy.h"
+
+#include <cmath>
+
+#include "core/names.h"
+
+namespace trainyard {
+
+Status ValidateTenant(const Tenant& t) {
+  TY_RETURN_IF_ERROR(ValidateName("tenant.name", t.name));
+  if (t.description.size() > 1024) {
+    return InvalidArgument("tenant.description: must be at most 1024 characters");
+  }
+  return Status::Ok();
+}
+
+Status ValidateQueue(const Queue& q) {
+  TY_RETURN_IF_ERROR(ValidateName("queue.name", q.name));
+  TY_RETURN_IF_ERROR(ValidateName("queue.tenant", q.tenant));
+  if (!q.parent.empty()) {
+    TY_RETURN_IF_ERROR(ValidateName("queue.parent", q.parent));
+    if (q.parent == q.name)
+      return InvalidArgument("queue.parent: a queue cannot be its own parent");
+  }
+  auto range = [](std::string_view field, int64_t v) -> Status {
+    if (v < 0 || v > kMaxQueueGpus) {
+      return InvalidArgument(std::string(field) + ": must be between 0 and " +
+                             std::to_string(kMaxQueueGpus) + ", got " + std::to_string(v));
+    }
+    return Status::Ok();
+  };
+  TY_RETURN_IF_ERROR(range("queue.guaranteed_gpus", q.guaranteed_gpus));
+  TY_RETURN_IF_ERROR(range("queue.limit_gpus", q.limit_gpus));
+  if (q.limit_gpus < q.guaranteed_gpus) {
+    return InvalidArgument("queue.limit_gpus: must be >= guaranteed_gpus (" +
+                           std::to_string(q.guaranteed_gpus) + "), got " +
+                           std::to_string(q.limit_gpus));
+  }
+  if (!std::isfinite(q.weight) || q.weight <= 0 || q.weight > 1e6) {
+    return InvalidArgument("queue.weight: must be a number in (0, 1000000], got " +
+                           std::to_string(q.weight));
+  }
+  return Status::Ok();
+}
+
+Status ValidatePriorityClass(const PriorityClass& p) {
+  TY_RETURN_IF_ERROR(ValidateName("priority_class.name", p.name));
+  if (p.value < -1'000'000 || p.value > 1'000'000) {
+    return InvalidArgument("priority_class.value: must be between -1000000 and 1000000, got " +
+                           std::to_string(p.value));
+  }
+  return Status::Ok();
+}
+
+std::vector<PriorityClass> DefaultPriorityClasses() {
+  return {
+      {"p0", 1000, false},
+      {"production", 500, true},
+      {"normal", 100, true},
+      {"best-effort", 0, true},
+  };
+}
+
+}  // namespace trainyard

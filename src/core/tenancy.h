@@ -1,0 +1,58 @@
+// Tenants, queues and priority classes: who may use how much, and who goes first.
+//
+// A tenant (a team or project) owns a tree of queues. Each queue has a guaranteed
+// number of GPUs (its deserved share, which it may reclaim by preemption), a limit
+// (the ceiling including what it borrows from others' idle guarantees) and a weight
+// for fair sharing beyond guarantees. A priority class orders jobs and says whether
+// its jobs may be preempted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace trainyard {
+
+struct Tenant {
+  std::string name;
+  std::string description;
+
+  bool operator==(const Tenant&) const = default;
+};
+
+struct Queue {
+  std::string name;
+  std::string tenant;
+  std::string parent;  // empty for a top-level queue of its tenant
+  int64_t guaranteed_gpus = 0;
+  int64_t limit_gpus = 0;  // >= guaranteed_gpus
+  double weight = 1.0;     // share of contested capacity beyond guarantees
+
+  bool operator==(const Queue&) const = default;
+};
+
+struct PriorityClass {
+  std::string name;
+  int32_t value = 0;  // higher runs first and may preempt lower
+  bool preemptible = true;
+
+  bool operator==(const PriorityClass&) const = default;
+};
+
+inline constexpr int64_t kMaxQueueGpus = 10'000'000;
+
+Status ValidateTenant(const Tenant& t);
+Status ValidateQueue(const Queue& q);
+Status ValidatePriorityClass(const PriorityClass& p);
+
+// The classes a fresh cluster starts with, highest first:
+// p0 (1000, not preemptible), production (500), normal (100, the default),
+// best-effort (0).
+std::vector<PriorityClass> DefaultPriorityClasses();
+inline constexpr const char* kDefaultPriorityClass = "normal";
+inline constexpr const char* kDefaultTenant = "default";
+inline constexpr const char* kDefaultQueue = "default";
+
+}  // namespace trainyard
