@@ -1,0 +1,204 @@
+// Store: the durable record of the control plane — jobs, nodes, tenants, queues,
+// priority classes, the next job id, and an append-only log of what happened to each
+// job (who did what, when).
+//
+// The server keeps its working state in memory and writes every change through a
+// Store before acknowledging it; on restart it rebuilds that state from LoadAll().
+// Writes are grouped in a WriteBatch and applied by Commit() in one transaction: all
+// of the batch or none of it. Reads return values decoded from what was committed.
+//
+// Implementations: SqliteStore (sqlite_store.h, WAL, the default) and MemoryStore
+// (memory_store.h, same semantics, no durability; for tests of upper layers).
+//
+// Thread-safety: every method may be called from any thread at any time; each call is
+// atomic (a reader never sees half of a batch) and calls are serialised in some order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/job.h"
+#include "core/node.h"
+#include "core/status.h"
+#include "core/tenancy.h"
+#include "core/units.h"
+
+namespace trainyard::store {
+
+// One entry of a job's history. Appended, never changed or removed.
+struct JobEvent {
+  int64_t seq = 0;  // assigned by Commit: increasing over the whole store, may skip
+  JobId job_id = 0;
+  Timestamp time{};
+  std::string actor;    // who: "user:alice", "scheduler", "agent:node-7"
+  std::string kind;     // what, as a short CamelCase word: "Submitted", "Preempted"
+  std::string message;  // for people
+
+  bool operator==(const JobEvent&) const = default;
+};
+
+// Mutations that Commit applies together, in the order they were added, so a later
+// one sees the earlier ones (a queue may follow its tenant; an event may follow the
+// job it is about). Put* inserts or replaces the object with the same key: job id,
+// node name, tenant name, (tenant, queue name), priority class name.
+//
+// Thread-safety: a plain value; callers serialise access.
+class WriteBatch {
+ public:
+  struct PutJobOp {
+    Job job;
+  };
+  struct PutNodeOp {
+    Node node;
+  };
+  struct DeleteNodeOp {
+    std::string name;
+  };
+  struct PutTenantOp {
+    Tenant tenant;
+  };
+  struct DeleteTenantOp {
+    std::string name;
+  };
+  struct PutQueueOp {
+    Queue queue;
+  };
+  struct DeleteQueueOp {
+    std::string tenant;
+    std::string name;
+  };
+  struct PutPriorityClassOp {
+    PriorityClass priority_class;
+  };
+  struct DeletePriorityClassOp {
+    std::string name;
+  };
+  struct AppendEventOp {
+    JobEvent event;  // seq is ignored; Commit assigns it
+  };
+  using Op =
+      std::variant<PutJobOp, PutNodeOp, DeleteNodeOp, PutTenantOp, DeleteTenantOp, PutQueueOp,
+                   DeleteQueueOp, PutPriorityClassOp, DeletePriorityClassOp, AppendEventOp>;
+
+  void PutJob(const Job& job) { ops_.emplace_back(PutJobOp{job}); }
+  void PutNode(const Node& node) { ops_.emplace_back(PutNodeOp{node}); }
+  void DeleteNode(std::string name) { ops_.emplace_back(DeleteNodeOp{std::move(name)}); }
+  void PutTenant(const Tenant& tenant) { ops_.emplace_back(PutTenantOp{tenant}); }
+  void DeleteTenant(std::string name) { ops_.emplace_back(DeleteTenantOp{std::move(name)}); }
+  void PutQueue(const Queue& queue) { ops_.emplace_back(PutQueueOp{queue}); }
+  void DeleteQueue(std::string tenant, std::string name) {
+    ops_.emplace_back(DeleteQueueOp{std::move(tenant), std::move(name)});
+  }
+  void PutPriorityClass(const PriorityClass& pc) { ops_.emplace_back(PutPriorityClassOp{pc}); }
+  void DeletePriorityClass(std::string name) {
+    ops_.emplace_back(DeletePriorityClassOp{std::move(name)});
+  }
+  void AppendEvent(JobEvent event) { ops_.emplace_back(AppendEventOp{std::move(event)}); }
+  void AppendEvent(JobId job_id, Timestamp time, std::string actor, std::string kind,
+                   std::string message) {
+    AppendEvent(JobEvent{0, job_id, time, std::move(actor), std::move(kind), std::move(message)});
+  }
+
+  const std::vector<Op>& ops() const { return ops_; }
+  bool empty() const { return ops_.empty(); }
+  size_t size() const { return ops_.size(); }
+  void Clear() { ops_.clear(); }
+
+ private:
+  std::vector<Op> ops_;
+};
+
+// Which jobs ListJobs returns; every set field must match.
+struct JobFilter {
+  std::vector<JobState> states{};  // any of these; empty: any state
+  std::string tenant{};            // exact; empty: any
+  std::string queue{};             // exact queue name (of any tenant); empty: any
+  std::string name_prefix{};       // byte-wise prefix of spec.name; empty: any
+};
+
+struct JobPage {
+  std::vector<Job> jobs;  // ascending id
+  // Pass as `after_id` to get the next page; nullopt when no matching job is left.
+  std::optional<JobId> next_after_id;
+};
+
+struct EventPage {
+  std::vector<JobEvent> events;  // ascending seq
+  // Pass as `after_seq` to get the next page; nullopt when no event is left.
+  std::optional<int64_t> next_after_seq;
+};
+
+// What a server needs to rebuild its state on restart.
+struct StoredState {
+  // Every job that is not terminal (IsTerminal), ascending id. Finished jobs stay in
+  // the store and are read on demand with GetJob / ListJobs.
+  std::vector<Job> active_jobs;
+  std::vector<Node> nodes;                      // ascending name
+  std::vector<Tenant> tenants;                  // ascending name
+  std::vector<Queue> queues;                    // ascending (tenant, name)
+  std::vector<PriorityClass> priority_classes;  // ascending name
+  JobId next_job_id = 1;                        // the id ReserveJobIds would return next
+  int64_t last_event_seq = 0;                   // 0 when the log is empty
+};
+
+inline constexpr int kMaxListLimit = 10'000;
+inline constexpr int64_t kMaxJobIdReservation = 1'000'000;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Applies every mutation of `batch`, in order, in one transaction; on any error
+  // nothing of it is applied. Empty batches succeed. Checks, in order for each op:
+  //   - values are valid (ValidateSpec and a normalised spec (NormalizeSpec),
+  //     ValidateNode, ValidateTenant, ValidateQueue, ValidatePriorityClass, and the
+  //     document encodes as JSON): InvalidArgument;
+  //   - PutJob: the id came from ReserveJobIds: FailedPrecondition;
+  //   - PutQueue: its tenant exists, its parent (if any) exists in that tenant and the
+  //     queue is not its own ancestor: FailedPrecondition;
+  //   - Delete*: the object exists: NotFound; DeleteTenant: it has no queues left,
+  //     DeleteQueue: it has no child queues: FailedPrecondition;
+  //   - AppendEvent: the job exists: FailedPrecondition.
+  // The message names the op ("commit: op 2 of 5 (PutQueue research/vision): tenant
+  // \"research\" does not exist"). Failures of the medium come back as Unavailable
+  // (busy), ResourceExhausted (disk full), DataLoss (corruption) or Internal.
+  virtual Status Commit(const WriteBatch& batch) = 0;
+
+  // Durably reserves `n` (1..kMaxJobIdReservation) consecutive new job ids and returns
+  // the first. Ids strictly increase over the life of the store, restarts included;
+  // ids reserved but never used are skipped (gaps are normal).
+  virtual Result<JobId> ReserveJobIds(int64_t n) = 0;
+
+  // The job with `id`, or nullopt when there is none; an error only when the store
+  // cannot be read (DataLoss when its stored document does not decode).
+  virtual Result<std::optional<Job>> GetJob(JobId id) = 0;
+
+  // Up to `limit` (1..kMaxListLimit) jobs matching `filter` with id > `after_id`,
+  // ascending id. Start with after_id = 0.
+  virtual Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit) = 0;
+
+  // Up to `limit` (1..kMaxListLimit) events of `job_id` with seq > `after_seq`,
+  // ascending seq. A job without events (or no such job) gives an empty page.
+  virtual Result<EventPage> ListEvents(JobId job_id, int64_t after_seq, int limit) = 0;
+
+  // Everything of a kind, ascending key (see StoredState).
+  virtual Result<std::vector<Node>> ListNodes() = 0;
+  virtual Result<std::vector<Tenant>> ListTenants() = 0;
+  virtual Result<std::vector<Queue>> ListQueues() = 0;
+  virtual Result<std::vector<PriorityClass>> ListPriorityClasses() = 0;
+
+  // One consistent snapshot of what a server needs on start (see StoredState).
+  virtual Result<StoredState> LoadAll() = 0;
+
+  // The version of the stored schema: SqliteStore's migration level; 0 for a store
+  // without one (MemoryStore).
+  virtual int SchemaVersion() const = 0;
+  // "sqlite:/var/lib/trainyard/state.db", "memory", for logs.
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace trainyard::store
