@@ -1,0 +1,92 @@
+#include "cli/app.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/validate.h"
+#include "cli/version.h"
+#include "core/names.h"
+
+namespace trainyard::cli {
+namespace {
+
+void AddVersionCommand(CLI::App& app, std::string& output, int& exit_code, std::ostream& out) {
+  CLI::App* cmd = app.add_subcommand("version", "Print the version of this binary");
+  cmd->add_option("-o,--output", output, "Output format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->callback([&output, &exit_code, &out] {
+    if (output == "json") {
+      out << nlohmann::ordered_json{{"version", TRAINYARD_VERSION}, {"git", TRAINYARD_GIT_DESCRIBE}}
+                 .dump()
+          << "\n";
+    } else {
+      out << "trainyard " << TRAINYARD_VERSION << " (" << TRAINYARD_GIT_DESCRIBE << ")\n";
+    }
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "Trainyard: a GPU training-cluster manager.\n"
+      "Gang scheduling, quotas, checkpoint-aware preemption, experiment tracking and\n"
+      "diagnosis in one tool.",
+      "trainyard"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("trainyard ") + TRAINYARD_VERSION + " (" +
+                                        TRAINYARD_GIT_DESCRIBE + ")");
+  app.footer("Run `trainyard COMMAND --help` for the options of one command.");
+
+  int exit_code = kExitOk;
+  ValidateOptions validate;
+  AddValidateCommand(app, validate, exit_code, out, err);
+  std::string version_output = "text";
+  AddVersionCommand(app, version_output, exit_code, out);
+
+  // An unknown first word gets a hint rather than CLI11's "a subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string_view> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      err << "trainyard: unknown command " << QuoteForMessage(argv[1]);
+      if (std::string hint = ClosestMatch(argv[1], names); !hint.empty()) {
+        err << "; did you mean " << hint << "?";
+      }
+      err << "\nCommands:";
+      for (auto n : names) err << " " << n;
+      err << "\nRun `trainyard --help` for usage.\n";
+      return kExitUsage;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::CallForVersion&) {
+    out << app.version() << "\n";
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    // Subcommand help ("trainyard validate --help") arrives here as a
+    // CallForHelp raised inside the subcommand: CLI11 formats it via exit().
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e, out, err);
+      return kExitOk;
+    }
+    err << "trainyard: " << e.what() << "\n";
+    err << "Run `trainyard --help` for usage.\n";
+    return kExitUsage;
+  }
+  return exit_code;
+}
+
+}  // namespace trainyard::cli

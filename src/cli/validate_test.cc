@@ -1,0 +1,130 @@
+#include "cli/validate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/app.h"
+
+namespace trainyard::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Example(const std::string& rel) {
+  return std::string(TRAINYARD_SOURCE_DIR) + "/examples/" + rel;
+}
+
+struct CliRun {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+CliRun Cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "trainyard");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(ValidateCommandTest, GoodSpecPrintsNormalisedYaml) {
+  CliRun r = Cli({"validate", Example("finetune-1gpu.yaml")});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("name: bert-finetune-sst2\n"));
+  EXPECT_THAT(r.out, HasSubstr("tenant: default\n"));
+  EXPECT_THAT(r.out, HasSubstr("min_replicas: 1"));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(ValidateCommandTest, JsonOutputIsAListWithTheSpec) {
+  CliRun r = Cli({"validate", "-o", "json", Example("train-2replica.yaml"),
+                  Example("bad/zero-replicas.yaml")});
+  EXPECT_EQ(r.code, kExitUsage);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_TRUE(j[0]["valid"].get<bool>());
+  EXPECT_EQ(j[0]["spec"]["resources"]["memory"], "512Gi");
+  EXPECT_EQ(j[0]["spec"]["checkpoint"]["interval"], "30m");
+  EXPECT_FALSE(j[1]["valid"].get<bool>());
+  EXPECT_EQ(j[1]["errors"][0]["line"], 2);
+  EXPECT_EQ(j[1]["errors"][0]["field"], "replicas");
+  EXPECT_EQ(j[1]["errors"][0]["message"], "must be >= 1, got 0");
+}
+
+TEST(ValidateCommandTest, BadSpecsExitTwoWithPreciseMessages) {
+  CliRun r = Cli({"validate", Example("bad/misspelled-field.yaml")});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err,
+              HasSubstr("misspelled-field.yaml:2: replica: unknown field; did you mean replicas?"));
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(ValidateCommandTest, OneBadFileFailsTheRunButGoodOnesStillPrint) {
+  CliRun r = Cli({"validate", Example("finetune-1gpu.yaml"), Example("bad/absurd-gpus.yaml")});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.out, HasSubstr("bert-finetune-sst2"));
+  EXPECT_THAT(r.err, HasSubstr("resources.gpus: must be <= 64, got 1000000000000"));
+}
+
+TEST(ValidateCommandTest, MissingFileAndDirectoryAreClearErrors) {
+  CliRun missing = Cli({"validate", "/nonexistent/job.yaml"});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_THAT(missing.err,
+              HasSubstr("/nonexistent/job.yaml: cannot read: No such file or directory"));
+  CliRun dir = Cli({"validate", std::string(TRAINYARD_SOURCE_DIR) + "/examples"});
+  EXPECT_EQ(dir.code, kExitUsage);
+  EXPECT_THAT(dir.err, HasSubstr("is a directory"));
+}
+
+TEST(ValidateCommandTest, ReadsStandardInput) {
+  std::istringstream in("name: piped\ncommand: [\"true\"]\n");
+  std::ostringstream out, err;
+  ValidateOptions opts;
+  opts.files = {"-"};
+  EXPECT_EQ(RunValidate(opts, in, out, err), kExitOk) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("piped"));
+  std::istringstream bad("name: piped\n");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunValidate(opts, bad, out2, err2), kExitUsage);
+  EXPECT_THAT(err2.str(), HasSubstr("<stdin>: command: one of command"));
+}
+
+TEST(ValidateCommandTest, SbatchScriptsAreRecognised) {
+  CliRun r = Cli({"validate", "-o", "json", Example("train-2node.sbatch")});
+  EXPECT_EQ(r.code, kExitOk) << r.out << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j[0]["spec"]["replicas"], 2);
+  EXPECT_TRUE(j[0]["spec"].contains("script"));
+}
+
+TEST(CliTest, VersionHelpAndUsageErrors) {
+  CliRun v = Cli({"version"});
+  EXPECT_EQ(v.code, kExitOk);
+  EXPECT_THAT(v.out, HasSubstr("trainyard 0."));
+  CliRun vj = Cli({"version", "-o", "json"});
+  EXPECT_EQ(nlohmann::json::parse(vj.out)["version"].get<std::string>().substr(0, 2), "0.");
+  CliRun help = Cli({"--help"});
+  EXPECT_EQ(help.code, kExitOk);
+  EXPECT_THAT(help.out, HasSubstr("validate"));
+  CliRun sub_help = Cli({"validate", "--help"});
+  EXPECT_EQ(sub_help.code, kExitOk);
+  EXPECT_THAT(sub_help.out, HasSubstr("FILE:LINE"));
+  CliRun none = Cli({});
+  EXPECT_EQ(none.code, kExitUsage);
+  CliRun unknown = Cli({"frobnicate"});
+  EXPECT_EQ(unknown.code, kExitUsage);
+  EXPECT_THAT(unknown.err, HasSubstr("frobnicate"));
+  CliRun bad_format = Cli({"validate", "-o", "xml", Example("finetune-1gpu.yaml")});
+  EXPECT_EQ(bad_format.code, kExitUsage);
+  EXPECT_THAT(bad_format.err, HasSubstr("xml"));
+  EXPECT_THAT(bad_format.out, Not(HasSubstr("bert")));
+}
+
+}  // namespace
+}  // namespace trainyard::cli
