@@ -1,0 +1,33 @@
+// Reservations for backfill: when a gang cannot start now, find when and where it
+// could, from the time limits of running jobs, and hold those GPUs for it.
+//
+// Running jobs are released in the order their time limits end them (a job with no
+// time limit never ends, as far as planning knows) until the gang fits; that time
+// is the reservation's earliest start and that placement its GPUs. Those of its
+// GPUs that are free now are marked reserved in the index: later jobs in the pass
+// may use them only if they finish before the reservation starts (EASY backfill,
+// per GPU rather than per node). GPUs still busy are not marked: their jobs end by
+// the reservation's start by construction.
+//
+// Private to sched/. Thread-safety: none.
+#pragma once
+
+#include <optional>
+
+#include "sched/decisions.h"
+#include "sched/index.h"
+#include "sched/placement.h"
+
+namespace trainyard::sched {
+
+struct PlannedStart {
+  Timestamp start{};
+  GangPlacement placement;
+};
+
+// Finds the earliest start of `request` and marks its currently free GPUs reserved.
+// nullopt when no set of time-limited jobs would make room.
+std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangRequest& request,
+                                                 const PlacementStyle& style);
+
+}  // namespace trainyard::sched

@@ -1,0 +1,215 @@
+#include "sched/index.h"
+
+#include <algorithm>
+#include <map>
+
+namespace trainyard::sched {
+namespace {
+const std::vector<int32_t> kEmpty;
+}
+
+NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
+  std::map<std::string, int16_t> types, leaves;
+  std::map<std::string, int32_t> nvlink_ids;
+  // Intern in sorted order so that the index does not depend on node order.
+  for (const Node& n : snapshot.nodes) {
+    if (!n.gpus.empty()) types.emplace(NormalizeGpuType(n.gpus.front().model), 0);
+    leaves.emplace(n.topology.leaf, 0);
+  }
+  for (auto& [name, id] : types) {
+    id = static_cast<int16_t>(type_names_.size());
+    type_names_.push_back(name);
+  }
+  for (auto& [name, id] : leaves) {
+    id = static_cast<int16_t>(leaf_names_.size());
+    leaf_names_.push_back(name);
+  }
+  if (leaf_names_.empty()) leaf_names_.push_back("");
+
+  slots_.resize(snapshot.nodes.size());
+  for (size_t i = 0; i < snapshot.nodes.size(); ++i) {
+    const Node& n = snapshot.nodes[i];
+    NodeSlot& s = slots_[i];
+    s.node = static_cast<int32_t>(i);
+    s.leaf = leaves[n.topology.leaf];
+    s.schedulable = IsSchedulable(n.state);
+    s.gpu_count = static_cast<int>(std::min<size_t>(n.gpus.size(), 64));
+    if (s.gpu_count > 0) {
+      s.type = types[NormalizeGpuType(n.gpus.front().model)];
+      s.gpu_memory = n.Capacity().gpu_memory_bytes;
+    }
+    s.free_mask = s.gpu_count == 64 ? ~uint64_t{0} : ((uint64_t{1} << s.gpu_count) - 1);
+    s.free_cpu = n.milli_cpus;
+    s.free_mem = n.memory_bytes;
+    for (int g = 0; g < s.gpu_count; ++g) {
+      const std::string& domain = n.gpus[g].nvlink_domain;
+      if (domain.empty()) continue;
+      auto [it, inserted] = nvlink_ids.emplace(domain, static_cast<int32_t>(nvlink_ids.size()));
+      auto pos = std::find(s.nvlink_ids.begin(), s.nvlink_ids.end(), it->second);
+      if (pos == s.nvlink_ids.end()) {
+        s.nvlink_ids.push_back(it->second);
+        s.nvlink_masks.push_back(0);
+        pos = s.nvlink_ids.end() - 1;
+      }
+      s.nvlink_masks[pos - s.nvlink_ids.begin()] |= uint64_t{1} << g;
+    }
+    node_by_name_.emplace(n.name, static_cast<int32_t>(i));
+  }
+
+  // Subtract what running jobs hold.
+  for (const RunningJob& job : snapshot.running) {
+    for (const Placement& p : job.replicas) {
+      auto it = node_by_name_.find(p.node);
+      if (it == node_by_name_.end()) continue;
+      NodeSlot& s = slots_[it->second];
+      s.free_mask &= ~MaskOf(it->second, p.gpus);
+      s.free_cpu -= job.per_replica.milli_cpus;
+      s.free_mem -= job.per_replica.memory_bytes;
+    }
+  }
+
+  free_by_type_.assign(type_names_.size(), 0);
+  total_by_type_.assign(type_names_.size(), 0);
+  buckets_.assign(type_names_.size() * leaf_names_.size() * 65, {});
+  bucket_pos_.assign(slots_.size(), -1);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    NodeSlot& s = slots_[i];
+    s.free_cpu = std::max<int64_t>(0, s.free_cpu);
+    s.free_mem = std::max<int64_t>(0, s.free_mem);
+    if (s.type < 0) continue;
+    total_by_type_[s.type] += s.gpu_count;
+    Rebucket(static_cast<int>(i));
+  }
+}
+
+int16_t NodeIndex::TypeOf(const std::string& gpu_type) const {
+  for (size_t t = 0; t < type_names_.size(); ++t) {
+    if (GpuTypeMatches(gpu_type, type_names_[t])) return static_cast<int16_t>(t);
+  }
+  return -1;
+}
+
+int NodeIndex::NodeByName(const std::string& name) const {
+  auto it = node_by_name_.find(name);
+  return it == node_by_name_.end() ? -1 : it->second;
+}
+
+uint64_t NodeIndex::MaskOf(int n, const std::vector<int>& gpu_indices) const {
+  const Node& node = snapshot_.nodes[slots_[n].node];
+  uint64_t mask = 0;
+  for (int gpu_index : gpu_indices) {
+    for (int g = 0; g < slots_[n].gpu_count; ++g) {
+      if (node.gpus[g].index == gpu_index) mask |= uint64_t{1} << g;
+    }
+  }
+  return mask;
+}
+
+int NodeIndex::ReplicasFit(int n, const Shape& shape) const {
+  const NodeSlot& s = slots_[n];
+  if (!s.schedulable) return 0;
+  int64_t fit = int64_t{1} << 30;
+  if (shape.gpus > 0) {
+    if (s.type < 0 || (shape.type >= 0 && s.type != shape.type)) return 0;
+    if (shape.gpu_memory > s.gpu_memory) return 0;
+    fit = std::min<int64_t>(fit, s.FreeGpus() / shape.gpus);
+  }
+  if (shape.cpu > 0) fit = std::min(fit, s.free_cpu / shape.cpu);
+  if (shape.mem > 0) fit = std::min(fit, s.free_mem / shape.mem);
+  return static_cast<int>(std::max<int64_t>(0, fit));
+}
+
+int64_t NodeIndex::LeafReplicaBound(int type, int leaf, int gpus) const {
+  int64_t bound = 0;
+  for (int f = std::max(gpus, 1); f <= 64; ++f) {
+    bound += static_cast<int64_t>(buckets_[BucketKey(type, leaf, f)].size()) * (f / gpus);
+  }
+  return bound;
+}
+
+const std::vector<int32_t>& NodeIndex::Bucket(int type, int leaf, int free) const {
+  if (type < 0 || free < 0 || free > 64) return kEmpty;
+  return buckets_[BucketKey(type, leaf, free)];
+}
+
+void NodeIndex::Unbucket(int n) {
+  NodeSlot& s = slots_[n];
+  if (bucket_pos_[n] < 0) return;
+  auto& b = buckets_[BucketKey(s.type, s.leaf, s.FreeGpus())];
+  int pos = bucket_pos_[n];
+  b[pos] = b.back();
+  bucket_pos_[b[pos]] = pos;
+  b.pop_back();
+  bucket_pos_[n] = -1;
+  free_by_type_[s.type] -= s.FreeGpus();
+}
+
+void NodeIndex::Rebucket(int n) {
+  NodeSlot& s = slots_[n];
+  if (s.type < 0 || !s.schedulable) return;
+  auto& b = buckets_[BucketKey(s.type, s.leaf, s.FreeGpus())];
+  bucket_pos_[n] = static_cast<int32_t>(b.size());
+  b.push_back(n);
+  free_by_type_[s.type] += s.FreeGpus();
+}
+
+void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
+  Unbucket(n);
+  NodeSlot& s = slots_[n];
+  s.free_mask &= ~gpu_mask;
+  s.free_cpu -= cpu;
+  s.free_mem -= mem;
+  Rebucket(n);
+}
+
+void NodeIndex::Reserve(int n, uint64_t gpu_mask, Timestamp from) {
+  Unbucket(n);
+  NodeSlot& s = slots_[n];
+  gpu_mask &= s.free_mask;
+  if (s.reserved_mask == 0 || from < s.reserved_from) s.reserved_from = from;
+  s.reserved_mask |= gpu_mask;
+  s.free_mask &= ~gpu_mask;
+  Rebucket(n);
+}
+
+void NodeIndex::Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
+  Unbucket(n);
+  NodeSlot& s = slots_[n];
+  s.free_mask |= gpu_mask;
+  s.free_cpu += cpu;
+  s.free_mem += mem;
+  Rebucket(n);
+}
+
+void NodeIndex::Unreserve(int n, uint64_t gpu_mask) {
+  Unbucket(n);
+  NodeSlot& s = slots_[n];
+  gpu_mask &= s.reserved_mask;
+  s.reserved_mask &= ~gpu_mask;
+  s.free_mask |= gpu_mask;
+  Rebucket(n);
+}
+
+std::vector<int32_t> NodeIndex::ReservedNodes() const {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].reserved_mask != 0) out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+int64_t NodeIndex::FreeGpus(int type) const {
+  if (type >= 0) return free_by_type_[type];
+  int64_t sum = 0;
+  for (int64_t v : free_by_type_) sum += v;
+  return sum;
+}
+
+int64_t NodeIndex::TotalGpus(int type) const {
+  if (type >= 0) return total_by_type_[type];
+  int64_t sum = 0;
+  for (int64_t v : total_by_type_) sum += v;
+  return sum;
+}
+
+}  // namespace trainyard::sched

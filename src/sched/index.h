@@ -1,0 +1,115 @@
+// NodeIndex: the free capacity of the cluster during one scheduling pass.
+//
+// Built from a Snapshot (capacity of each node minus what running jobs hold), then
+// changed by the pass as it binds gangs and reserves GPUs. It answers "where does
+// this replica shape fit" from aggregates first: nodes are bucketed by (GPU type,
+// leaf switch, free GPUs), and the bucket sizes form a histogram per leaf, so a gang's
+// fit per leaf is computed without touching nodes.
+//
+// GPUs are addressed by position in the node's GPU list (at most 64 per node, so a
+// node's free GPUs are one 64-bit mask); Placement converts positions to the GPU
+// indices agents know.
+//
+// Private to sched/. Thread-safety: none; one pass owns one index.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sched/snapshot.h"
+
+namespace trainyard::sched {
+
+struct NodeSlot {
+  int32_t node = 0;   // index into Snapshot::nodes
+  int16_t type = -1;  // interned GPU type; -1: no GPUs
+  int16_t leaf = 0;   // interned leaf switch
+  bool schedulable = false;
+  int gpu_count = 0;
+  int64_t gpu_memory = 0;
+  uint64_t free_mask = 0;      // free and not reserved
+  uint64_t reserved_mask = 0;  // free now, but reserved for a blocked job
+  Timestamp reserved_from{};   // earliest start among reservations on this node
+  int64_t free_cpu = 0;        // millicores
+  int64_t free_mem = 0;
+  std::vector<uint64_t> nvlink_masks;  // GPU positions per NVLink domain on this node
+  std::vector<int32_t> nvlink_ids;     // interned domain id of each mask
+
+  int FreeGpus() const { return __builtin_popcountll(free_mask); }
+};
+
+// A replica shape: what one replica needs, plus how many replicas.
+struct Shape {
+  int16_t type = -1;  // -1: any GPU type
+  int gpus = 0;
+  int64_t cpu = 0;
+  int64_t mem = 0;
+  int64_t gpu_memory = 0;
+  int replicas = 1;
+};
+
+class NodeIndex {
+ public:
+  explicit NodeIndex(const Snapshot& snapshot);
+
+  const Snapshot& snapshot() const { return snapshot_; }
+  int NodeCount() const { return static_cast<int>(slots_.size()); }
+  const NodeSlot& slot(int i) const { return slots_[i]; }
+  int LeafCount() const { return static_cast<int>(leaf_names_.size()); }
+  int TypeCount() const { return static_cast<int>(type_names_.size()); }
+  const std::string& TypeName(int t) const { return type_names_[t]; }
+  const std::string& LeafName(int l) const { return leaf_names_[l]; }
+  // -1 when no node has GPUs of this type.
+  int16_t TypeOf(const std::string& gpu_type) const;
+  int NodeByName(const std::string& name) const;  // -1 when unknown
+
+  // GPU positions on node `n` of the given agent-visible GPU indices.
+  uint64_t MaskOf(int n, const std::vector<int>& gpu_indices) const;
+
+  // How many replicas of `s` fit on node `n` now (free, unreserved capacity); a shape
+  // with no GPUs, CPUs or memory fits without bound (2^30).
+  int ReplicasFit(int n, const Shape& s) const;
+  // Upper bound of replicas of `s` that fit in leaf `l` (from the histogram; ignores
+  // CPU, memory and exclusions, so the real answer may be lower).
+  int64_t LeafReplicaBound(int type, int leaf, int gpus) const;
+  // Nodes of GPU type `type` in `leaf` with exactly `free` free GPUs.
+  const std::vector<int32_t>& Bucket(int type, int leaf, int free) const;
+
+  // Takes `count` GPUs (by position mask), CPUs and memory from node `n`.
+  void Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem);
+  // Gives back what Take took (for what-if searches that undo themselves).
+  void Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem);
+  // Marks free GPUs of node `n` reserved from time `from`; they stop counting as free.
+  void Reserve(int n, uint64_t gpu_mask, Timestamp from);
+
+  // Returns reserved GPUs of node `n` in `gpu_mask` to the free pool (and back).
+  void Unreserve(int n, uint64_t gpu_mask);
+  // Nodes that hold reserved GPUs, ascending.
+  std::vector<int32_t> ReservedNodes() const;
+
+  // Free GPUs of `type` in the cluster (-1: all types), unreserved.
+  int64_t FreeGpus(int type) const;
+  // Every GPU of `type` that exists (any node state).
+  int64_t TotalGpus(int type) const;
+
+ private:
+  void Unbucket(int n);
+  void Rebucket(int n);
+  size_t BucketKey(int type, int leaf, int free) const {
+    return (static_cast<size_t>(type) * leaf_names_.size() + leaf) * 65 + free;
+  }
+
+  const Snapshot& snapshot_;
+  std::vector<NodeSlot> slots_;
+  std::vector<std::string> type_names_;
+  std::vector<std::string> leaf_names_;
+  std::unordered_map<std::string, int32_t> node_by_name_;
+  std::vector<std::vector<int32_t>> buckets_;  // BucketKey -> nodes (schedulable only)
+  std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
+  std::vector<int64_t> free_by_type_;
+  std::vector<int64_t> total_by_type_;
+};
+
+}  // namespace trainyard::sched

@@ -1,0 +1,60 @@
+// Gang placement: choosing nodes and GPUs for all replicas of a job at once.
+//
+// A gang is placed whole (at least min_replicas replicas, at most replicas) or not
+// at all. Hard topology constraints (same-node, same-nvlink, same-leaf) are never
+// broken; soft ones are tried first and dropped when they cannot be met. Without a
+// constraint, the named placement style decides:
+//   topology   fewest leaf switches, then fewest nodes, then best fit (the default)
+//   best-fit   the nodes with the fewest free GPUs that fit, anywhere
+//   first-fit  nodes in the order the cluster lists them
+// Best fit leaves whole nodes whole for the gangs that need them; within a node,
+// a replica's GPUs come from one NVLink domain when one has room.
+//
+// Private to sched/. Thread-safety: none.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sched/index.h"
+
+namespace trainyard::sched {
+
+struct PlacementStyle {
+  bool pack_topology = true;  // group a gang under few leaves
+  bool best_fit = true;       // false: first fit in node order
+};
+
+struct GangRequest {
+  Shape shape;           // shape.replicas = the fewest replicas acceptable
+  int max_replicas = 1;  // place up to this many
+  TopologySpec topology;
+  const std::vector<int32_t>* excluded = nullptr;  // sorted node indices, or null
+};
+
+struct GangPlacement {
+  std::vector<std::pair<int32_t, uint64_t>> replicas;  // (node, GPU positions) per replica
+};
+
+// A cheap upper bound: false means PlaceGang would certainly fail (counts GPUs per
+// leaf only; true may still fail on CPUs, memory, exclusions or NVLink domains).
+bool MayFit(const NodeIndex& index, const GangRequest& request);
+
+// Places the gang on the index's free capacity, or returns nullopt. Does not change
+// the index; call Commit to take the resources.
+std::optional<GangPlacement> PlaceGang(const NodeIndex& index, const GangRequest& request,
+                                       const PlacementStyle& style);
+void Commit(NodeIndex& index, const GangPlacement& placement, const Shape& shape);
+// The inverse of Commit.
+void Uncommit(NodeIndex& index, const GangPlacement& placement, const Shape& shape);
+
+// Node names and GPU indices, as agents know them.
+std::vector<Placement> ToPlacements(const NodeIndex& index, const GangPlacement& placement);
+
+// How many leaf switches a placement spans.
+int LeavesSpanned(const NodeIndex& index, const GangPlacement& placement);
+
+}  // namespace trainyard::sched

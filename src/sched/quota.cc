@@ -1,0 +1,111 @@
+#include "sched/quota.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace trainyard::sched {
+
+QuotaState::QuotaState(const Snapshot& snapshot) {
+  implicit_ = snapshot.queues.empty();
+  if (implicit_) {
+    auto add = [&](const std::string& tenant, const std::string& queue) {
+      if (by_key_.count({tenant, queue})) return;
+      Queue q;
+      q.name = queue;
+      q.tenant = tenant;
+      q.limit_gpus = std::numeric_limits<int64_t>::max() / 4;
+      by_key_[{tenant, queue}] = static_cast<int>(queues_.size());
+      queues_.push_back(std::move(q));
+    };
+    for (const auto& j : snapshot.running) add(j.tenant, j.queue);
+    for (const auto& j : snapshot.pending) add(j.tenant, j.queue);
+  } else {
+    queues_ = snapshot.queues;
+    for (size_t i = 0; i < queues_.size(); ++i) {
+      by_key_[{queues_[i].tenant, queues_[i].name}] = static_cast<int>(i);
+    }
+  }
+  parent_.assign(queues_.size(), -1);
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i].parent.empty()) continue;
+    auto it = by_key_.find({queues_[i].tenant, queues_[i].parent});
+    if (it != by_key_.end() && it->second != static_cast<int>(i)) parent_[i] = it->second;
+  }
+  // A cycle in parents (bad input) is cut so that walks terminate.
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    int slow = static_cast<int>(i), steps = 0;
+    for (int q = parent_[i]; q >= 0; q = parent_[q]) {
+      if (++steps > static_cast<int>(queues_.size())) {
+        parent_[slow] = -1;
+        break;
+      }
+    }
+  }
+  used_.assign(queues_.size(), Resources{});
+  for (const Node& n : snapshot.nodes) cluster_ = trainyard::Add(cluster_, n.Capacity());
+  for (const auto& j : snapshot.running) {
+    int q = Find(j.tenant, j.queue);
+    if (q >= 0) Add(q, Scale(j.per_replica, static_cast<int64_t>(j.replicas.size())));
+  }
+}
+
+int QuotaState::Find(const std::string& tenant, const std::string& queue) const {
+  auto it = by_key_.find({tenant, queue});
+  return it == by_key_.end() ? -1 : it->second;
+}
+
+std::string QuotaState::Unusable(const std::string& tenant, const std::string& queue) const {
+  if (Find(tenant, queue) >= 0) return "";
+  std::string names;
+  for (const auto& q : queues_) {
+    if (q.tenant != tenant) continue;
+    names += names.empty() ? "" : ", ";
+    names += q.name;
+  }
+  std::string msg = "queue '" + queue + "' of tenant '" + tenant + "' does not exist";
+  msg += names.empty() ? "; tenant '" + tenant + "' has no queues" : "; its queues are " + names;
+  return msg;
+}
+
+std::optional<std::string> QuotaState::LimitBlocks(int q, int64_t gpus) const {
+  for (int a = q; a >= 0; a = parent_[a]) {
+    if (used_[a].gpus + gpus > queues_[a].limit_gpus) {
+      return "queue '" + queues_[a].name + "' at its limit of " +
+             std::to_string(queues_[a].limit_gpus) + " GPUs (using " +
+             std::to_string(used_[a].gpus) + ", job needs " + std::to_string(gpus) + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+int64_t QuotaState::Ceiling(int q) const {
+  int64_t c = std::numeric_limits<int64_t>::max();
+  for (int a = q; a >= 0; a = parent_[a]) c = std::min(c, queues_[a].limit_gpus);
+  return c;
+}
+
+bool QuotaState::WithinGuarantee(int q, int64_t gpus) const {
+  return used_[q].gpus + gpus <= queues_[q].guaranteed_gpus;
+}
+
+bool QuotaState::Borrowing(int q) const { return used_[q].gpus > queues_[q].guaranteed_gpus; }
+
+double QuotaState::Share(int q) const {
+  auto frac = [](int64_t used, int64_t total) {
+    return total > 0 ? static_cast<double>(used) / static_cast<double>(total) : 0.0;
+  };
+  double dominant =
+      std::max({frac(used_[q].gpus, cluster_.gpus), frac(used_[q].milli_cpus, cluster_.milli_cpus),
+                frac(used_[q].memory_bytes, cluster_.memory_bytes)});
+  return dominant / std::max(queues_[q].weight, 1e-9);
+}
+
+void QuotaState::Add(int q, const Resources& total) {
+  for (int a = q; a >= 0; a = parent_[a]) used_[a] = trainyard::Add(used_[a], total);
+}
+
+void QuotaState::Remove(int q, const Resources& total) {
+  for (int a = q; a >= 0; a = parent_[a]) used_[a] = SubtractClamped(used_[a], total);
+}
+
+}  // namespace trainyard::sched

@@ -1,0 +1,461 @@
+#include "sched/schedule.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "sched/backfill.h"
+#include "sched/index.h"
+#include "sched/placement.h"
+#include "sched/preemption.h"
+#include "sched/quota.h"
+
+namespace trainyard::sched {
+namespace {
+
+struct JobCtx {
+  const PendingJob* job = nullptr;
+  int queue = -1;
+  GangRequest req;
+  std::vector<int32_t> excluded;
+  int64_t gpus = 0;  // at min_replicas
+  std::string shape_key;
+  Ordering::Key static_key;
+};
+
+std::string GpuTypeText(const NodeIndex& index, int type) {
+  return type >= 0 ? index.TypeName(type) : std::string("GPU");
+}
+
+std::string TopologyText(const TopologySpec& t) {
+  switch (t.constraint) {
+    case TopologyConstraint::kSameNode:
+      return t.hard ? " on one node" : "";
+    case TopologyConstraint::kSameNvlink:
+      return t.hard ? " in one NVLink domain" : "";
+    case TopologyConstraint::kSameLeaf:
+      return t.hard ? " in one leaf" : "";
+    case TopologyConstraint::kNone:
+      return "";
+  }
+  return "";
+}
+
+std::string GpuHours(double gpu_seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", gpu_seconds / 3600.0);
+  return buf;
+}
+
+std::string JobList(const std::vector<JobId>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < 8; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > 8) out += " and " + std::to_string(ids.size() - 8) + " more";
+  return out;
+}
+
+class Pass {
+ public:
+  Pass(const Snapshot& snapshot, const Policy& policy)
+      : snap_(snapshot), policy_(policy), index_(snapshot), quota_(snapshot) {
+    auto ordering = MakeOrdering(policy.ordering);
+    auto style = MakePlacementStyle(policy.placement);
+    auto cost = MakePreemptionCost(policy.preemption);
+    TY_CHECK_MSG(ordering.ok() && style.ok() && cost.ok(), "Schedule: invalid policy");
+    ordering_ = std::move(ordering).value();
+    style_ = *style;
+    cost_ = std::move(cost).value();
+    victim_taken_.assign(snapshot.running.size(), false);
+  }
+
+  Decisions Run() {
+    std::vector<std::vector<JobCtx>> by_queue;
+    Admit(by_queue);
+    Loop(by_queue);
+    auto by_id = [](const auto& a, const auto& b) { return a.job < b.job; };
+    std::sort(out_.binds.begin(), out_.binds.end(), by_id);
+    std::sort(out_.preemptions.begin(), out_.preemptions.end(), by_id);
+    std::sort(out_.reservations.begin(), out_.reservations.end(), by_id);
+    std::sort(out_.waiting.begin(), out_.waiting.end(), by_id);
+    std::sort(out_.infeasible.begin(), out_.infeasible.end(), by_id);
+    return std::move(out_);
+  }
+
+ private:
+  // Step 1: sort jobs into infeasible, not-yet-eligible and candidates per queue.
+  void Admit(std::vector<std::vector<JobCtx>>& by_queue) {
+    for (const PendingJob& job : snap_.pending) {
+      std::string unusable = quota_.Unusable(job.tenant, job.queue);
+      if (!unusable.empty()) {
+        out_.infeasible.push_back({job.id, unusable});
+        continue;
+      }
+      JobCtx ctx;
+      ctx.job = &job;
+      ctx.queue = quota_.Find(job.tenant, job.queue);
+      Shape& s = ctx.req.shape;
+      s.gpus = static_cast<int>(std::min<int64_t>(job.per_replica.gpus, 1 << 20));
+      s.cpu = job.per_replica.milli_cpus;
+      s.mem = job.per_replica.memory_bytes;
+      s.gpu_memory = job.per_replica.gpu_memory_bytes;
+      s.replicas = std::max(1, std::min(job.min_replicas, job.replicas));
+      ctx.req.max_replicas = std::max(job.replicas, s.replicas);
+      ctx.req.topology = job.topology;
+      ctx.gpus = SaturatingMul(s.gpus, s.replicas);
+      if (!job.per_replica.gpu_type.empty() && s.gpus > 0) {
+        s.type = index_.TypeOf(job.per_replica.gpu_type);
+        if (s.type < 0) {
+          out_.infeasible.push_back({job.id, "asks for " +
+                                                 NormalizeGpuType(job.per_replica.gpu_type) +
+                                                 " GPUs; this cluster has " + TypeList()});
+          continue;
+        }
+      }
+      for (const std::string& name : job.excluded_nodes) {
+        int n = index_.NodeByName(name);
+        if (n >= 0) ctx.excluded.push_back(n);
+      }
+      std::sort(ctx.excluded.begin(), ctx.excluded.end());
+      if (!ctx.excluded.empty()) ctx.req.excluded = &ctx.excluded;
+      ctx.shape_key = ShapeKey(ctx);
+
+      if (int64_t ceiling = quota_.Ceiling(ctx.queue); ctx.gpus > ceiling) {
+        out_.infeasible.push_back({job.id, "needs " + std::to_string(ctx.gpus) + " GPUs; queue '" +
+                                               job.queue + "' may never hold more than " +
+                                               std::to_string(ceiling)});
+        continue;
+      }
+      if (std::string why = NeverFits(ctx); !why.empty()) {
+        out_.infeasible.push_back({job.id, why});
+        continue;
+      }
+      if (job.held) {
+        out_.waiting.push_back({job.id, "held; release it to schedule"});
+        continue;
+      }
+      if (job.eligible_time > snap_.now) {
+        out_.waiting.push_back(
+            {job.id, "retry backoff until " + FormatTimestamp(job.eligible_time)});
+        continue;
+      }
+      ctx.static_key = ordering_->KeyOf(job, 0, false);
+      if (static_cast<int>(by_queue.size()) <= ctx.queue) by_queue.resize(ctx.queue + 1);
+      by_queue[ctx.queue].push_back(std::move(ctx));
+    }
+    for (auto& jobs : by_queue) {
+      std::sort(jobs.begin(), jobs.end(),
+                [](const JobCtx& a, const JobCtx& b) { return a.static_key < b.static_key; });
+    }
+    // Contexts now live at stable addresses; point requests at their exclusions.
+    for (auto& jobs : by_queue) {
+      for (JobCtx& c : jobs) c.req.excluded = c.excluded.empty() ? nullptr : &c.excluded;
+    }
+  }
+
+  // Steps 2-5.
+  void Loop(std::vector<std::vector<JobCtx>>& by_queue) {
+    using Entry = std::pair<Ordering::Key, int>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heads;
+    std::vector<size_t> next(by_queue.size(), 0);
+    auto push = [&](int q) {
+      if (next[q] >= by_queue[q].size()) return;
+      const JobCtx& c = by_queue[q][next[q]];
+      heads.push({ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q});
+    };
+    for (size_t q = 0; q < by_queue.size(); ++q) push(static_cast<int>(q));
+    while (!heads.empty()) {
+      int q = heads.top().second;
+      heads.pop();
+      Consider(by_queue[q][next[q]++]);
+      push(q);
+    }
+  }
+
+  void Consider(const JobCtx& c) {
+    const PendingJob& job = *c.job;
+    if (fifo_blocker_ != 0) {
+      out_.waiting.push_back({job.id, "behind job " + std::to_string(fifo_blocker_) +
+                                          ", first in line (strict FIFO: no backfill)"});
+      return;
+    }
+    if (auto blocked = quota_.LimitBlocks(c.queue, c.gpus)) {
+      out_.waiting.push_back({job.id, *blocked});
+      return;
+    }
+    // Free capacity only shrinks during a pass, so a shape that did not fit once
+    // will not fit later in the pass.
+    const bool cacheable = c.excluded.empty();
+    if (!(cacheable && misfit_.count(c.shape_key) > 0)) {
+      if (auto p = PlaceGang(index_, c.req, style_)) {
+        Bind(c, *p);
+        return;
+      }
+      if (cacheable) misfit_.insert(c.shape_key);
+    }
+    if (auto p = BackfillIntoReservations(c)) {
+      Bind(c, *p);
+      return;
+    }
+    if (TryPreempt(c)) return;
+    if (policy_.backfill && reservations_made_ < policy_.reservations) {
+      if (auto planned = ReserveEarliestStart(index_, c.req, style_)) {
+        ++reservations_made_;
+        out_.reservations.push_back(
+            {job.id, ToPlacements(index_, planned->placement), planned->start});
+        out_.waiting.push_back({job.id, WaitReason(c) + "; reserved " +
+                                            std::to_string(planned->placement.replicas.size()) +
+                                            " replica(s) from " + FormatTimestamp(planned->start)});
+        return;
+      }
+    }
+    if (!policy_.backfill) fifo_blocker_ = job.id;
+    out_.waiting.push_back({job.id, WaitReason(c)});
+  }
+
+  void Bind(const JobCtx& c, const GangPlacement& p) {
+    Commit(index_, p, c.req.shape);
+    Resources total = c.job->per_replica;
+    total = Scale(total, static_cast<int64_t>(p.replicas.size()));
+    quota_.Add(c.queue, total);
+    out_.binds.push_back({c.job->id, ToPlacements(index_, p)});
+  }
+
+  // A job whose time limit ends before some reservations start may use their GPUs.
+  std::optional<GangPlacement> BackfillIntoReservations(const JobCtx& c) {
+    if (reservations_made_ == 0 || c.job->time_limit.count() <= 0) return std::nullopt;
+    const Timestamp end = snap_.now + c.job->time_limit;
+    std::vector<std::tuple<int32_t, uint64_t, Timestamp>> lent;
+    for (int32_t n : index_.ReservedNodes()) {
+      const NodeSlot& s = index_.slot(n);
+      if (s.reserved_from >= end) {
+        lent.emplace_back(n, s.reserved_mask, s.reserved_from);
+        index_.Unreserve(n, s.reserved_mask);
+      }
+    }
+    if (lent.empty()) return std::nullopt;
+    auto p = PlaceGang(index_, c.req, style_);
+    if (p) Commit(index_, *p, c.req.shape);
+    for (const auto& [n, mask, from] : lent) index_.Reserve(n, mask, from);
+    if (p) Uncommit(index_, *p, c.req.shape);  // Bind commits it again
+    return p;
+  }
+
+  bool TryPreempt(const JobCtx& c) {
+    if (!cost_ || c.gpus <= 0) return false;
+    const PendingJob& job = *c.job;
+    const bool within = quota_.WithinGuarantee(c.queue, c.gpus);
+    std::string key = c.shape_key + "|" + std::to_string(job.priority) + "|" +
+                      std::to_string(c.queue) + "|" + (within ? "g" : "b");
+    if (c.excluded.empty() && no_victims_.count(key)) return false;
+    std::vector<Candidate> candidates;
+    for (size_t i = 0; i < snap_.running.size(); ++i) {
+      if (victim_taken_[i]) continue;
+      const RunningJob& v = snap_.running[i];
+      if (!v.preemptible) continue;
+      if (!v.preempting && snap_.now - v.start_time < policy_.min_runtime) continue;
+      int vq = quota_.Find(v.tenant, v.queue);
+      bool borrowing = vq >= 0 && quota_.Borrowing(vq);
+      bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
+      bool by_reclaim = within && vq != c.queue && borrowing;
+      if (v.preempting || by_priority || by_reclaim) {
+        candidates.push_back({static_cast<int>(i), cost_->Cost(v, snap_.now, policy_)});
+      }
+    }
+    auto found = FindVictims(index_, c.req, style_, candidates, policy_.max_victims);
+    if (!found) {
+      if (c.excluded.empty()) no_victims_.insert(key);
+      return false;
+    }
+    std::vector<JobId> fresh, draining;
+    for (int i : found->running) {
+      const RunningJob& v = snap_.running[i];
+      victim_taken_[i] = true;
+      if (v.preempting) {
+        draining.push_back(v.id);
+        continue;
+      }
+      Timestamp since = v.start_time;
+      if (v.last_checkpoint && *v.last_checkpoint > since) since = *v.last_checkpoint;
+      Duration lost =
+          std::chrono::duration_cast<Duration>(snap_.now - since) * std::max<int64_t>(v.Gpus(), 1);
+      int vq = quota_.Find(v.tenant, v.queue);
+      std::string why;
+      if (v.priority < job.priority && (vq == c.queue || quota_.Borrowing(vq))) {
+        why = "preempted by job " + std::to_string(job.id) + " (priority " +
+              std::to_string(job.priority) + " > " + std::to_string(v.priority) + ")";
+      } else {
+        why = "reclaimed by queue '" + job.queue + "' (below its guarantee of " +
+              std::to_string(quota_.Guaranteed(c.queue)) + " GPUs) from queue '" + v.queue +
+              "', which is borrowing";
+      }
+      out_.preemptions.push_back({v.id, job.id, lost, why});
+      fresh.push_back(v.id);
+    }
+    std::string reason = WaitReason(c);
+    if (!fresh.empty()) {
+      double lost_s = 0;
+      for (const auto& p : out_.preemptions) {
+        if (p.for_job == job.id) lost_s += std::chrono::duration<double>(p.lost_gpu_time).count();
+      }
+      reason += "; preempting job(s) " + JobList(fresh) + " to make room (" + GpuHours(lost_s) +
+                " GPU-hours since their checkpoints)";
+    }
+    if (!draining.empty()) reason += "; waiting for job(s) " + JobList(draining) + " to stop";
+    out_.waiting.push_back({job.id, reason});
+    return true;
+  }
+
+  std::string WaitReason(const JobCtx& c) const {
+    const Shape& s = c.req.shape;
+    std::string out = "waiting for ";
+    if (s.gpus == 0) {
+      out += std::to_string(s.replicas) + " replica(s) of " + Describe(c.job->per_replica);
+      return out;
+    }
+    const std::string type = GpuTypeText(index_, s.type);
+    if (s.replicas > 1) {
+      out += std::to_string(s.replicas) + " x " + std::to_string(s.gpus) + " " + type + " (" +
+             std::to_string(c.gpus) + " in all)";
+    } else {
+      out += std::to_string(s.gpus) + " " + type;
+    }
+    out += TopologyText(c.req.topology);
+    int max_free = 0;
+    for (int t = 0; t < index_.TypeCount() && max_free < 64; ++t) {
+      if (s.type >= 0 && t != s.type) continue;
+      for (int f = 64; f > max_free; --f) {
+        bool any = false;
+        for (int l = 0; l < index_.LeafCount() && !any; ++l) any = !index_.Bucket(t, l, f).empty();
+        if (any) {
+          max_free = f;
+          break;
+        }
+      }
+    }
+    out += "; " + std::to_string(index_.FreeGpus(s.type)) + " " + type + " free";
+    if (max_free > 0) out += ", at most " + std::to_string(max_free) + " on one node";
+    if (s.cpu > 0 || s.mem > 0)
+      out += " (each replica also needs " + Describe(c.job->per_replica) + ")";
+    if (!c.excluded.empty()) out += "; " + std::to_string(c.excluded.size()) + " node(s) excluded";
+    return out;
+  }
+
+  // Why the job could not run even on an empty cluster; empty when it could.
+  std::string NeverFits(const JobCtx& c) {
+    std::string key = c.shape_key + "|x" + std::to_string(c.excluded.size());
+    if (c.excluded.empty()) {
+      if (auto it = never_.find(key); it != never_.end()) return it->second;
+    }
+    const Shape& s = c.req.shape;
+    const PendingJob& job = *c.job;
+    int64_t best_node = 0;
+    int64_t total = 0;
+    std::map<int, int64_t> per_leaf;
+    std::map<int32_t, int64_t> per_domain;
+    for (int n = 0; n < index_.NodeCount(); ++n) {
+      if (c.req.excluded && std::binary_search(c.excluded.begin(), c.excluded.end(), n)) continue;
+      const NodeSlot& slot = index_.slot(n);
+      const Node& node = snap_.nodes[slot.node];
+      int64_t fit = int64_t{1} << 30;
+      if (s.gpus > 0) {
+        if (slot.type < 0 || (s.type >= 0 && slot.type != s.type)) continue;
+        if (s.gpu_memory > slot.gpu_memory) continue;
+        fit = slot.gpu_count / s.gpus;
+        for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
+          per_domain[slot.nvlink_ids[d]] += __builtin_popcountll(slot.nvlink_masks[d]) / s.gpus;
+        }
+      }
+      if (s.cpu > 0) fit = std::min(fit, node.milli_cpus / s.cpu);
+      if (s.mem > 0) fit = std::min(fit, node.memory_bytes / s.mem);
+      best_node = std::max(best_node, fit);
+      total = SaturatingAdd(total, fit);
+      per_leaf[slot.leaf] = SaturatingAdd(per_leaf[slot.leaf], fit);
+    }
+    std::string why;
+    const std::string what = s.gpus > 0 ? std::to_string(s.gpus) + " " + GpuTypeText(index_, s.type)
+                                        : Describe(job.per_replica);
+    if (best_node == 0) {
+      why = "asks for " + Describe(job.per_replica) + " per replica; no node" +
+            (c.excluded.empty() ? "" : " outside its excluded nodes") + " has that much";
+      if (s.gpus > 0) {
+        int64_t most = 0;
+        for (int n = 0; n < index_.NodeCount(); ++n) {
+          const NodeSlot& slot = index_.slot(n);
+          if (s.type < 0 || slot.type == s.type) most = std::max<int64_t>(most, slot.gpu_count);
+        }
+        why += " (the largest " + GpuTypeText(index_, s.type) + " node has " +
+               std::to_string(most) + " GPUs)";
+      }
+    } else if (total < s.replicas) {
+      why = "needs " + std::to_string(s.replicas) + " replicas of " + what +
+            "; the whole cluster holds at most " + std::to_string(total);
+    } else if (c.req.topology.hard) {
+      int64_t best = 0;
+      std::string where;
+      switch (c.req.topology.constraint) {
+        case TopologyConstraint::kSameNode:
+          best = best_node;
+          where = "one node";
+          break;
+        case TopologyConstraint::kSameLeaf:
+          for (const auto& [l, v] : per_leaf) best = std::max(best, v);
+          where = "one leaf";
+          break;
+        case TopologyConstraint::kSameNvlink:
+          for (const auto& [d, v] : per_domain) best = std::max(best, v);
+          where = "one NVLink domain";
+          break;
+        case TopologyConstraint::kNone:
+          best = total;
+          break;
+      }
+      if (best < s.replicas) {
+        why = "needs " + std::to_string(s.replicas) + " replicas of " + what + " in " + where +
+              " (hard constraint); the largest holds " + std::to_string(best);
+      }
+    }
+    if (c.excluded.empty()) never_[key] = why;
+    return why;
+  }
+
+  std::string ShapeKey(const JobCtx& c) const {
+    const Shape& s = c.req.shape;
+    return std::to_string(s.type) + "/" + std::to_string(s.gpus) + "/" + std::to_string(s.cpu) +
+           "/" + std::to_string(s.mem) + "/" + std::to_string(s.gpu_memory) + "/" +
+           std::to_string(s.replicas) + "/" + std::to_string(c.req.max_replicas) + "/" +
+           std::to_string(static_cast<int>(c.req.topology.constraint)) +
+           (c.req.topology.hard ? "h" : "s");
+  }
+
+  std::string TypeList() const {
+    std::string out;
+    for (int t = 0; t < index_.TypeCount(); ++t) out += (t ? ", " : "") + index_.TypeName(t);
+    return out.empty() ? "no GPUs" : out;
+  }
+
+  const Snapshot& snap_;
+  const Policy& policy_;
+  NodeIndex index_;
+  QuotaState quota_;
+  std::unique_ptr<Ordering> ordering_;
+  PlacementStyle style_;
+  std::unique_ptr<PreemptionCost> cost_;
+  Decisions out_;
+  std::vector<bool> victim_taken_;
+  std::unordered_set<std::string> misfit_;
+  std::unordered_set<std::string> no_victims_;
+  std::unordered_map<std::string, std::string> never_;
+  int reservations_made_ = 0;
+  JobId fifo_blocker_ = 0;
+};
+
+}  // namespace
+
+Decisions Schedule(const Snapshot& snapshot, const Policy& policy) {
+  return Pass(snapshot, policy).Run();
+}
+
+}  // namespace trainyard::sched
