@@ -478,12 +478,31 @@ std::string CpusText(int64_t milli) {
   return std::to_string(milli) + "m";
 }
 
+// C0 and C1 control characters (and DEL), which YAML cannot carry unescaped.
+bool HasControlCharacters(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return true;
+    if (c == 0xC2 && i + 1 < s.size()) {
+      unsigned char d = static_cast<unsigned char>(s[i + 1]);
+      if (d >= 0x80 && d <= 0x9F) return true;
+    }
+  }
+  return false;
+}
+
 // A multi-line string reads best as a literal block, which cannot hold control
 // characters, leading blanks or trailing blanks on a line; those go double-quoted.
 bool LiteralBlockSafe(const std::string& s) {
   // `|` keeps exactly one final newline, so the text must end with exactly one.
   if (s.size() < 2 || s.back() != '\n' || s[s.size() - 2] == '\n') return false;
   if (s.front() == ' ' || s.front() == '\n') return false;
+  for (size_t i = 0; i + 1 < s.size(); ++i) {  // C1 controls need escapes
+    if (static_cast<unsigned char>(s[i]) == 0xC2 && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(s[i + 1]) <= 0x9F) {
+      return false;
+    }
+  }
   for (size_t i = 0; i < s.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
@@ -512,8 +531,11 @@ void EmitYaml(YAML::Emitter& out, const nlohmann::ordered_json& j) {
     const auto& s = j.get_ref<const std::string&>();
     if (LiteralBlockSafe(s)) {
       out << YAML::Literal << s;
-    } else if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") {
-      out << YAML::DoubleQuoted << s;  // plain, these would read back as "no value"
+    } else if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL" ||
+               HasControlCharacters(s)) {
+      // Plain, these would read back as "no value" or with their control
+      // characters changed; double quotes escape them.
+      out << YAML::DoubleQuoted << s;
     } else {
       out << s;  // the emitter quotes what needs quoting
     }
