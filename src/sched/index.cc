@@ -169,6 +169,7 @@ void NodeIndex::Reserve(int n, uint64_t gpu_mask, Timestamp from) {
   if (s.reserved_mask == 0 || from < s.reserved_from) s.reserved_from = from;
   s.reserved_mask |= gpu_mask;
   s.free_mask &= ~gpu_mask;
+  if (s.reserved_mask != 0) reserved_nodes_.insert(n);
   Rebucket(n);
 }
 
@@ -187,15 +188,8 @@ void NodeIndex::Unreserve(int n, uint64_t gpu_mask) {
   gpu_mask &= s.reserved_mask;
   s.reserved_mask &= ~gpu_mask;
   s.free_mask |= gpu_mask;
+  if (s.reserved_mask == 0) reserved_nodes_.erase(n);
   Rebucket(n);
-}
-
-std::vector<int32_t> NodeIndex::ReservedNodes() const {
-  std::vector<int32_t> out;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].reserved_mask != 0) out.push_back(static_cast<int32_t>(i));
-  }
-  return out;
 }
 
 int64_t NodeIndex::FreeGpus(int type) const {

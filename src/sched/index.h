@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -87,7 +88,7 @@ class NodeIndex {
   // Returns reserved GPUs of node `n` in `gpu_mask` to the free pool (and back).
   void Unreserve(int n, uint64_t gpu_mask);
   // Nodes that hold reserved GPUs, ascending.
-  std::vector<int32_t> ReservedNodes() const;
+  const std::set<int32_t>& ReservedNodes() const { return reserved_nodes_; }
 
   // Free GPUs of `type` in the cluster (-1: all types), unreserved.
   int64_t FreeGpus(int type) const;
@@ -108,6 +109,7 @@ class NodeIndex {
   std::unordered_map<std::string, int32_t> node_by_name_;
   std::vector<std::vector<int32_t>> buckets_;  // BucketKey -> nodes (schedulable only)
   std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
+  std::set<int32_t> reserved_nodes_;
   std::vector<int64_t> free_by_type_;
   std::vector<int64_t> total_by_type_;
 };

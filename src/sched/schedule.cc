@@ -69,6 +69,16 @@ class Pass {
     style_ = *style;
     cost_ = std::move(cost).value();
     victim_taken_.assign(snapshot.running.size(), false);
+    // Jobs that may ever be victims in this pass, by ascending priority.
+    for (size_t i = 0; i < snapshot.running.size(); ++i) {
+      const RunningJob& v = snapshot.running[i];
+      if (!v.preemptible && !v.preempting) continue;
+      if (!v.preempting && snapshot.now - v.start_time < policy.min_runtime) continue;
+      preemptible_.push_back(static_cast<int>(i));
+    }
+    std::stable_sort(preemptible_.begin(), preemptible_.end(), [&](int a, int b) {
+      return snapshot.running[a].priority < snapshot.running[b].priority;
+    });
   }
 
   Decisions Run() {
@@ -230,13 +240,18 @@ class Pass {
     std::vector<std::tuple<int32_t, uint64_t, Timestamp>> lent;
     for (int32_t n : index_.ReservedNodes()) {
       const NodeSlot& s = index_.slot(n);
-      if (s.reserved_from >= end) {
-        lent.emplace_back(n, s.reserved_mask, s.reserved_from);
-        index_.Unreserve(n, s.reserved_mask);
-      }
+      if (s.reserved_from >= end) lent.emplace_back(n, s.reserved_mask, s.reserved_from);
     }
+    for (const auto& [n, mask, from] : lent) index_.Unreserve(n, mask);
     if (lent.empty()) return std::nullopt;
-    auto p = PlaceGang(index_, c.req, style_);
+    // Which reservations lend GPUs depends only on the job's end time, and the lent
+    // set only grows with it; capacity only shrinks: a miss stays a miss.
+    std::string key = c.shape_key + "|bf" + std::to_string(lent.size());
+    std::optional<GangPlacement> p;
+    if (!c.excluded.empty() || !backfill_misfit_.count(key)) {
+      p = PlaceGang(index_, c.req, style_);
+      if (!p && c.excluded.empty()) backfill_misfit_.insert(key);
+    }
     if (p) Commit(index_, *p, c.req.shape);
     for (const auto& [n, mask, from] : lent) index_.Reserve(n, mask, from);
     if (p) Uncommit(index_, *p, c.req.shape);  // Bind commits it again
@@ -250,12 +265,20 @@ class Pass {
     std::string key = c.shape_key + "|" + std::to_string(job.priority) + "|" +
                       std::to_string(c.queue) + "|" + (within ? "g" : "b");
     if (c.excluded.empty() && no_victims_.count(key)) return false;
+    // Only jobs of lower priority can be victims, except when reclaiming a guarantee.
+    const size_t scan =
+        within ? preemptible_.size()
+               : static_cast<size_t>(
+                     std::lower_bound(
+                         preemptible_.begin(), preemptible_.end(), job.priority,
+                         [&](int i, int32_t p) { return snap_.running[i].priority < p; }) -
+                     preemptible_.begin());
+    if (scan == 0) return false;
     std::vector<Candidate> candidates;
-    for (size_t i = 0; i < snap_.running.size(); ++i) {
+    for (size_t k = 0; k < scan; ++k) {
+      const size_t i = preemptible_[k];
       if (victim_taken_[i]) continue;
       const RunningJob& v = snap_.running[i];
-      if (!v.preemptible) continue;
-      if (!v.preempting && snap_.now - v.start_time < policy_.min_runtime) continue;
       int vq = quota_.Find(v.tenant, v.queue);
       bool borrowing = vq >= 0 && quota_.Borrowing(vq);
       bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
@@ -445,7 +468,9 @@ class Pass {
   std::unique_ptr<PreemptionCost> cost_;
   Decisions out_;
   std::vector<bool> victim_taken_;
+  std::vector<int> preemptible_;  // indices into running, ascending priority
   std::unordered_set<std::string> misfit_;
+  std::unordered_set<std::string> backfill_misfit_;
   std::unordered_set<std::string> no_victims_;
   std::unordered_map<std::string, std::string> never_;
   int reservations_made_ = 0;
