@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/sched_cmd.h"
 #include "cli/validate.h"
 #include "cli/version.h"
 #include "core/names.h"
@@ -45,6 +46,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   int exit_code = kExitOk;
   ValidateOptions validate;
   AddValidateCommand(app, validate, exit_code, out, err);
+  AddSchedCommand(app, exit_code, out, err);
   std::string version_output = "text";
   AddVersionCommand(app, version_output, exit_code, out);
 

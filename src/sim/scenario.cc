@@ -1,0 +1,888 @@
+#include "sim/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "core/names.h"
+
+namespace trainyard::sim {
+namespace {
+
+const std::vector<std::string_view> kTopFields = {"policy",           "nodes", "queues",
+                                                  "priority_classes", "jobs",  "steps"};
+const std::vector<std::string_view> kPolicyFields = {"ordering",     "placement",    "preemption",
+                                                     "backfill",     "reservations", "min_runtime",
+                                                     "restart_cost", "max_victims"};
+const std::vector<std::string_view> kNodeFields = {
+    "name",   "count", "gpus", "gpu_type",     "gpu_memory", "cpus",
+    "memory", "spine", "leaf", "nvlink_group", "state"};
+const std::vector<std::string_view> kQueueFields = {"name",       "tenant", "parent",
+                                                    "guaranteed", "limit",  "weight"};
+const std::vector<std::string_view> kClassFields = {"name", "value", "preemptible"};
+const std::vector<std::string_view> kJobFields = {"id",
+                                                  "name",
+                                                  "tenant",
+                                                  "queue",
+                                                  "priority",
+                                                  "replicas",
+                                                  "min_replicas",
+                                                  "gpus",
+                                                  "gpu_type",
+                                                  "gpu_memory",
+                                                  "cpus",
+                                                  "memory",
+                                                  "topology",
+                                                  "mode",
+                                                  "time_limit",
+                                                  "duration",
+                                                  "checkpoint_interval",
+                                                  "preempt_grace",
+                                                  "exclude"};
+const std::vector<std::string_view> kStepFields = {"at",   "submit",  "finish",    "checkpoint",
+                                                   "hold", "release", "node_state"};
+const std::vector<std::string_view> kNodeStates = {"Ready", "Cordoned", "Draining", "NotReady",
+                                                   "Down"};
+const std::vector<std::string_view> kTopologies = {"none", "same-node", "same-nvlink", "same-leaf"};
+
+constexpr int64_t kMaxNodesPerGroup = 10'000;
+constexpr size_t kMaxScenarioBytes = 4 << 20;
+
+std::string Join(const std::vector<std::string_view>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::string(v[i]);
+  return out;
+}
+
+std::string KindName(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return QuoteForMessage(n.Scalar());
+    default:
+      return "an undefined value";
+  }
+}
+
+int LineOfNode(const YAML::Node& n) {
+  if (!n.IsDefined()) return 0;
+  const YAML::Mark m = n.Mark();
+  return m.is_null() ? 0 : m.line + 1;
+}
+
+std::string Indexed(const std::string& list, size_t i) {
+  return list + "[" + std::to_string(i) + "]";
+}
+
+// Reads one scenario document, collecting every problem it meets.
+class ScenarioReader {
+ public:
+  explicit ScenarioReader(std::string_view file) : file_(file) {}
+
+  void Read(const YAML::Node& root, Scenario& sc) {
+    if (!root.IsMap()) {
+      Error(root, "", "a scenario must be a map with nodes, jobs and steps, got " + KindName(root));
+      return;
+    }
+    for (const PriorityClass& p : DefaultPriorityClasses()) sc.priority_classes.push_back(p);
+    std::optional<YAML::Node> nodes, queues, classes, jobs, steps, policy;
+    ForEachField(root, "", kTopFields, [&](const std::string& key, const YAML::Node& v) {
+      if (key == "policy") {
+        policy = v;
+      } else if (key == "nodes") {
+        nodes = v;
+      } else if (key == "queues") {
+        queues = v;
+      } else if (key == "priority_classes") {
+        classes = v;
+      } else if (key == "jobs") {
+        jobs = v;
+      } else if (key == "steps") {
+        steps = v;
+      }
+    });
+    // Order matters: jobs refer to nodes and classes, steps to jobs and nodes.
+    if (policy) ReadPolicy(*policy, sc.policy);
+    if (nodes) {
+      ReadNodes(*nodes, sc.nodes);
+    } else {
+      Error(root, "nodes", "required: a scenario needs at least one node group");
+    }
+    if (queues) ReadQueues(*queues, sc.queues);
+    if (classes) ReadClasses(*classes, sc.priority_classes);
+    if (jobs) {
+      ReadJobs(*jobs, sc);
+    } else {
+      Error(root, "jobs", "required: list the jobs the steps submit");
+    }
+    if (steps) {
+      ReadSteps(*steps, sc);
+    } else {
+      Error(root, "steps", "required: a scenario needs at least one step");
+    }
+  }
+
+  void ErrorAtLine(int line, std::string field, std::string message) {
+    errors_.push_back(Diagnostic{file_, line, std::move(field), std::move(message)});
+  }
+  std::vector<Diagnostic>& errors() { return errors_; }
+
+ private:
+  void Error(const YAML::Node& at, std::string field, std::string message) {
+    ErrorAtLine(LineOfNode(at), std::move(field), std::move(message));
+  }
+
+  // Calls `fn(key, value)` for every known key of map `n`; unknown or repeated keys
+  // are errors, and `key: ` with no value counts as not given.
+  void ForEachField(const YAML::Node& n, const std::string& prefix,
+                    const std::vector<std::string_view>& known,
+                    const std::function<void(const std::string&, const YAML::Node&)>& fn) {
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      const YAML::Node& k = kv.first;
+      if (!k.IsScalar()) {
+        Error(k, prefix, "field names must be plain words, got " + KindName(k));
+        continue;
+      }
+      const std::string& key = k.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string msg = "unknown field";
+        if (std::string hint = ClosestMatch(key, known); !hint.empty()) {
+          msg += "; did you mean " + hint + "?";
+        } else {
+          msg += "; valid fields" + std::string(prefix.empty() ? "" : " of " + prefix) + " are " +
+                 Join(known);
+        }
+        Error(k, path, msg);
+        continue;
+      }
+      if (!seen.insert(key).second) {
+        Error(k, path, "appears more than once; give each field once");
+        continue;
+      }
+      if (kv.second.IsNull()) continue;
+      fn(key, kv.second);
+    }
+  }
+
+  bool Scalar(const YAML::Node& v, const std::string& field, std::string_view expected) {
+    if (v.IsScalar()) return true;
+    Error(v, field, "must be " + std::string(expected) + ", got " + KindName(v));
+    return false;
+  }
+
+  bool String(const YAML::Node& v, const std::string& field, std::string& out) {
+    if (!Scalar(v, field, "a string")) return false;
+    out = v.Scalar();
+    return true;
+  }
+
+  bool Name(const YAML::Node& v, const std::string& field, std::string& out) {
+    if (!String(v, field, out)) return false;
+    if (Status s = ValidateName(field, out); !s.ok()) {
+      Error(v, field, StripField(s.message(), field));
+      return false;
+    }
+    return true;
+  }
+
+  bool Int(const YAML::Node& v, const std::string& field, int64_t lo, int64_t hi, int64_t& out) {
+    if (!Scalar(v, field, "an integer")) return false;
+    const std::string& s = v.Scalar();
+    int64_t n = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec == std::errc::result_out_of_range) {
+      Error(v, field,
+            "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                QuoteForMessage(s));
+      return false;
+    }
+    if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
+      Error(v, field, "must be an integer, got " + QuoteForMessage(s));
+      return false;
+    }
+    if (n < lo) {
+      Error(v, field, "must be >= " + std::to_string(lo) + ", got " + s);
+      return false;
+    }
+    if (n > hi) {
+      Error(v, field, "must be <= " + std::to_string(hi) + ", got " + s);
+      return false;
+    }
+    out = n;
+    return true;
+  }
+
+  template <typename T>
+  bool IntAs(const YAML::Node& v, const std::string& field, int64_t lo, int64_t hi, T& out) {
+    int64_t n = 0;
+    if (!Int(v, field, lo, hi, n)) return false;
+    out = static_cast<T>(n);
+    return true;
+  }
+
+  bool Bool(const YAML::Node& v, const std::string& field, bool& out) {
+    if (!Scalar(v, field, "true or false")) return false;
+    const std::string& s = v.Scalar();
+    if (s == "true" || s == "True" || s == "yes") {
+      out = true;
+    } else if (s == "false" || s == "False" || s == "no") {
+      out = false;
+    } else {
+      Error(v, field, "must be true or false, got " + QuoteForMessage(s));
+      return false;
+    }
+    return true;
+  }
+
+  bool DurationField(const YAML::Node& v, const std::string& field, Duration& out) {
+    if (!Scalar(v, field, "a duration such as \"30m\"")) return false;
+    auto d = ParseDuration(v.Scalar());
+    if (!d.ok()) {
+      Error(v, field, d.status().message());
+      return false;
+    }
+    out = *d;
+    return true;
+  }
+
+  bool MemoryField(const YAML::Node& v, const std::string& field, int64_t& out) {
+    if (!Scalar(v, field, "a memory size such as \"256Gi\"")) return false;
+    auto m = ParseMemory(v.Scalar());
+    if (!m.ok()) {
+      Error(v, field, m.status().message());
+      return false;
+    }
+    out = *m;
+    return true;
+  }
+
+  // CPUs: cores ("96", "0.5") or millicores ("500m").
+  bool CpusField(const YAML::Node& v, const std::string& field, int64_t& out) {
+    if (!Scalar(v, field, "a number of CPUs such as 8, 0.5 or \"500m\"")) return false;
+    const std::string& s = v.Scalar();
+    const std::string hint =
+        "must be a number of CPUs such as 8, 0.5 or \"500m\", got " + QuoteForMessage(s);
+    if (!s.empty() && s.back() == 'm') {
+      int64_t milli = 0;
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size() - 1, milli);
+      if (ec != std::errc() || ptr != s.data() + s.size() - 1 || milli < 0 ||
+          milli > SpecLimits::kMaxMilliCpusPerReplica) {
+        Error(v, field, hint);
+        return false;
+      }
+      out = milli;
+      return true;
+    }
+    double cores = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), cores);
+    if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(cores) || cores < 0 ||
+        cores * 1000 > static_cast<double>(SpecLimits::kMaxMilliCpusPerReplica)) {
+      Error(v, field, hint);
+      return false;
+    }
+    out = std::llround(cores * 1000);
+    return true;
+  }
+
+  // A choice among `valid`, with a hint when close to one.
+  bool Choice(const YAML::Node& v, const std::string& field,
+              const std::vector<std::string_view>& valid, std::string& out) {
+    if (!Scalar(v, field, "one of " + Join(valid))) return false;
+    const std::string& s = v.Scalar();
+    if (std::find(valid.begin(), valid.end(), s) != valid.end()) {
+      out = s;
+      return true;
+    }
+    std::string msg = "must be one of " + Join(valid) + ", got " + QuoteForMessage(s);
+    if (std::string hint = ClosestMatch(s, valid); !hint.empty())
+      msg += "; did you mean " + hint + "?";
+    Error(v, field, msg);
+    return false;
+  }
+
+  bool List(const YAML::Node& v, const std::string& field) {
+    if (v.IsSequence()) return true;
+    Error(v, field, "must be a list, got " + KindName(v));
+    return false;
+  }
+
+  bool Map(const YAML::Node& v, const std::string& field,
+           const std::vector<std::string_view>& known) {
+    if (v.IsMap()) return true;
+    Error(v, field, "must be a map with fields " + Join(known) + ", got " + KindName(v));
+    return false;
+  }
+
+  // Messages from core validators start with "FIELD: "; the diagnostic names the field.
+  static std::string StripField(const std::string& message, const std::string& field) {
+    if (message.rfind(field + ": ", 0) == 0) return message.substr(field.size() + 2);
+    return message;
+  }
+
+  void ReadPolicy(const YAML::Node& v, sched::Policy& p) {
+    if (!Map(v, "policy", kPolicyFields)) return;
+    ForEachField(v, "policy", kPolicyFields, [&](const std::string& key, const YAML::Node& x) {
+      const std::string f = "policy." + key;
+      auto named = [&](std::string& out, auto make) {
+        if (!Scalar(x, f, "a name")) return;
+        if (auto r = make(x.Scalar()); !r.ok()) {
+          Error(x, f, StripField(r.status().message(), key));
+          return;
+        }
+        out = x.Scalar();
+      };
+      if (key == "ordering") {
+        named(p.ordering, sched::MakeOrdering);
+      } else if (key == "placement") {
+        named(p.placement, sched::MakePlacementStyle);
+      } else if (key == "preemption") {
+        named(p.preemption, sched::MakePreemptionCost);
+      } else if (key == "backfill") {
+        Bool(x, f, p.backfill);
+      } else if (key == "reservations") {
+        IntAs(x, f, 0, 1000, p.reservations);
+      } else if (key == "min_runtime") {
+        DurationField(x, f, p.min_runtime);
+      } else if (key == "restart_cost") {
+        DurationField(x, f, p.restart_cost);
+      } else if (key == "max_victims") {
+        IntAs(x, f, 1, 1'000'000, p.max_victims);
+      }
+    });
+  }
+
+  void ReadNodes(const YAML::Node& v, std::vector<Node>& out) {
+    if (!List(v, "nodes")) return;
+    if (v.size() == 0) Error(v, "nodes", "must list at least one node group");
+    std::map<std::string, std::string> seen;  // node name -> field that defined it
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& g = v[i];
+      const std::string at = Indexed("nodes", i);
+      if (!Map(g, at, kNodeFields)) continue;
+      std::string name, gpu_type, spine, leaf, state_name = "Ready";
+      int64_t count = 0, gpus = 0, nvlink = 0, cpus = 0, memory = 0, gpu_memory = 80 * kGiB;
+      bool has_count = false, ok = true, name_given = false, name_ok = false;
+      ForEachField(g, at, kNodeFields, [&](const std::string& key, const YAML::Node& x) {
+        const std::string f = at + "." + key;
+        bool r = true;
+        if (key == "name") {
+          name_given = true;
+          r = name_ok = Name(x, f, name);
+        } else if (key == "count") {
+          r = has_count = Int(x, f, 1, kMaxNodesPerGroup, count);
+        } else if (key == "gpus") {
+          r = Int(x, f, 0, static_cast<int64_t>(kMaxGpusPerNode), gpus);
+        } else if (key == "gpu_type") {
+          r = String(x, f, gpu_type);
+        } else if (key == "gpu_memory") {
+          r = MemoryField(x, f, gpu_memory);
+        } else if (key == "cpus") {
+          r = CpusField(x, f, cpus);
+        } else if (key == "memory") {
+          r = MemoryField(x, f, memory);
+        } else if (key == "spine") {
+          r = String(x, f, spine);
+        } else if (key == "leaf") {
+          r = String(x, f, leaf);
+        } else if (key == "nvlink_group") {
+          r = Int(x, f, 0, static_cast<int64_t>(kMaxGpusPerNode), nvlink);
+        } else if (key == "state") {
+          r = Choice(x, f, kNodeStates, state_name);
+        }
+        ok = ok && r;
+      });
+      if (!name_ok) {
+        if (!name_given) Error(g, at + ".name", "required: give the node (or group) a name");
+        continue;
+      }
+      if (gpus > 0 && NormalizeGpuType(gpu_type).empty()) {
+        Error(g, at + ".gpu_type", "required when gpus > 0 (e.g. H100)");
+        ok = false;
+      }
+      if (nvlink > gpus) {
+        Error(g["nvlink_group"], at + ".nvlink_group",
+              "must be <= gpus (" + std::to_string(gpus) + "), got " + std::to_string(nvlink));
+        ok = false;
+      }
+      // Names first, so that a duplicate is found even in a group with other errors.
+      std::vector<std::string> names;
+      for (int64_t k = 0; k < (has_count ? count : 1); ++k) {
+        names.push_back(has_count ? name + "-" + std::to_string(k) : name);
+      }
+      for (const std::string& n : names) {
+        if (auto it = seen.find(n); it != seen.end()) {
+          Error(g, at + ".name", "node " + n + " is already defined by " + it->second);
+          ok = false;
+          break;
+        }
+        if (Status s = ValidateName(at + ".name", n); !s.ok()) {
+          Error(g, at + ".name", StripField(s.message(), at + ".name"));
+          ok = false;
+          break;
+        }
+      }
+      for (const std::string& n : names) seen.emplace(n, at);
+      if (!ok) continue;
+      for (const std::string& n : names) {
+        Node node;
+        node.name = n;
+        for (int64_t gi = 0; gi < gpus; ++gi) {
+          Gpu gpu;
+          gpu.index = static_cast<int>(gi);
+          gpu.uuid = node.name + "-gpu" + std::to_string(gi);
+          gpu.model = NormalizeGpuType(gpu_type);
+          gpu.memory_bytes = gpu_memory;
+          if (nvlink > 0) gpu.nvlink_domain = node.name + "-nvl" + std::to_string(gi / nvlink);
+          node.gpus.push_back(std::move(gpu));
+        }
+        node.milli_cpus = cpus;
+        node.memory_bytes = memory;
+        node.topology.spine = spine;
+        node.topology.leaf = leaf;
+        node.state = *ParseNodeState(state_name);
+        if (node.state != NodeState::kReady) node.state_reason = "scenario";
+        out.push_back(std::move(node));
+      }
+    }
+    for (const Node& n : out) node_names_.push_back(n.name);
+  }
+
+  void ReadQueues(const YAML::Node& v, std::vector<Queue>& out) {
+    if (!List(v, "queues")) return;
+    std::vector<int> lines;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      const std::string at = Indexed("queues", i);
+      if (!Map(e, at, kQueueFields)) continue;
+      Queue q;
+      q.tenant = kDefaultTenant;
+      q.limit_gpus = -1;
+      bool ok = true;
+      ForEachField(e, at, kQueueFields, [&](const std::string& key, const YAML::Node& x) {
+        const std::string f = at + "." + key;
+        bool r = true;
+        if (key == "name") {
+          r = Name(x, f, q.name);
+        } else if (key == "tenant") {
+          r = Name(x, f, q.tenant);
+        } else if (key == "parent") {
+          r = Name(x, f, q.parent);
+        } else if (key == "guaranteed") {
+          r = Int(x, f, 0, kMaxQueueGpus, q.guaranteed_gpus);
+        } else if (key == "limit") {
+          r = Int(x, f, 0, kMaxQueueGpus, q.limit_gpus);
+        } else if (key == "weight") {
+          r = Scalar(x, f, "a positive number");
+          if (r) {
+            const std::string& s = x.Scalar();
+            auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), q.weight);
+            r = ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(q.weight) &&
+                q.weight > 0 && q.weight <= 1e6;
+            if (!r) Error(x, f, "must be a number in (0, 1000000], got " + QuoteForMessage(s));
+          }
+        }
+        ok = ok && r;
+      });
+      if (q.name.empty()) {
+        Error(e, at + ".name", "required: give the queue a name");
+        continue;
+      }
+      if (q.limit_gpus < 0) q.limit_gpus = std::max<int64_t>(kMaxQueueGpus, q.guaranteed_gpus);
+      if (q.limit_gpus < q.guaranteed_gpus) {
+        Error(e["limit"], at + ".limit",
+              "must be >= guaranteed (" + std::to_string(q.guaranteed_gpus) + "), got " +
+                  std::to_string(q.limit_gpus));
+        ok = false;
+      }
+      if (q.parent == q.name) {
+        Error(e["parent"], at + ".parent", "a queue cannot be its own parent");
+        ok = false;
+      }
+      for (size_t k = 0; k < out.size(); ++k) {
+        if (out[k].name == q.name && out[k].tenant == q.tenant) {
+          Error(e["name"], at + ".name",
+                "queue " + q.name + " of tenant " + q.tenant + " is already defined at line " +
+                    std::to_string(lines[k]));
+          ok = false;
+        }
+      }
+      if (!ok) continue;
+      out.push_back(q);
+      lines.push_back(LineOfNode(e));
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      const Queue& q = out[i];
+      if (q.parent.empty()) continue;
+      bool found = std::any_of(out.begin(), out.end(), [&](const Queue& p) {
+        return p.tenant == q.tenant && p.name == q.parent;
+      });
+      if (!found) {
+        ErrorAtLine(lines[i], "queues.parent",
+                    "queue " + q.name + ": parent " + QuoteForMessage(q.parent) +
+                        " is not a queue of tenant " + q.tenant);
+      }
+    }
+  }
+
+  void ReadClasses(const YAML::Node& v, std::vector<PriorityClass>& out) {
+    if (!List(v, "priority_classes")) return;
+    const size_t defaults = out.size();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      const std::string at = Indexed("priority_classes", i);
+      if (!Map(e, at, kClassFields)) continue;
+      PriorityClass p;
+      bool has_value = false, ok = true;
+      ForEachField(e, at, kClassFields, [&](const std::string& key, const YAML::Node& x) {
+        const std::string f = at + "." + key;
+        bool r = true;
+        if (key == "name") {
+          r = Name(x, f, p.name);
+        } else if (key == "value") {
+          r = has_value = IntAs(x, f, -1'000'000, 1'000'000, p.value);
+        } else if (key == "preemptible") {
+          r = Bool(x, f, p.preemptible);
+        }
+        ok = ok && r;
+      });
+      if (p.name.empty()) {
+        Error(e, at + ".name", "required: give the class a name");
+        continue;
+      }
+      if (!has_value && ok) {
+        Error(e, at + ".value", "required: the class's priority value (higher goes first)");
+        continue;
+      }
+      if (!ok) continue;
+      auto it = std::find_if(out.begin(), out.end(),
+                             [&](const PriorityClass& c) { return c.name == p.name; });
+      if (it != out.end() && static_cast<size_t>(it - out.begin()) >= defaults) {
+        Error(e["name"], at + ".name", "class " + p.name + " is defined twice");
+      } else if (it != out.end()) {
+        *it = p;
+      } else {
+        out.push_back(p);
+      }
+    }
+  }
+
+  void ReadJobs(const YAML::Node& v, Scenario& sc) {
+    if (!List(v, "jobs")) return;
+    std::vector<std::string_view> class_names;
+    for (const auto& c : sc.priority_classes) class_names.push_back(c.name);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      const std::string at = Indexed("jobs", i);
+      if (!Map(e, at, kJobFields)) continue;
+      ScenarioJob j;
+      j.line = LineOfNode(e);
+      bool ok = true, has_min = false, has_mode = false;
+      std::string topology = "none", mode = "hard";
+      ForEachField(e, at, kJobFields, [&](const std::string& key, const YAML::Node& x) {
+        const std::string f = at + "." + key;
+        bool r = true;
+        if (key == "id") {
+          r = Int(x, f, 1, INT64_MAX, j.id);
+        } else if (key == "name") {
+          r = Name(x, f, j.name);
+        } else if (key == "tenant") {
+          r = Name(x, f, j.tenant);
+        } else if (key == "queue") {
+          r = Name(x, f, j.queue);
+        } else if (key == "priority") {
+          r = Choice(x, f, class_names, j.priority);
+        } else if (key == "replicas") {
+          r = IntAs(x, f, 1, SpecLimits::kMaxReplicas, j.replicas);
+        } else if (key == "min_replicas") {
+          r = has_min = IntAs(x, f, 1, SpecLimits::kMaxReplicas, j.min_replicas);
+        } else if (key == "gpus") {
+          r = Int(x, f, 0, SpecLimits::kMaxGpusPerReplica, j.per_replica.gpus);
+        } else if (key == "gpu_type") {
+          r = String(x, f, j.per_replica.gpu_type);
+          j.per_replica.gpu_type = NormalizeGpuType(j.per_replica.gpu_type);
+        } else if (key == "gpu_memory") {
+          r = MemoryField(x, f, j.per_replica.gpu_memory_bytes);
+        } else if (key == "cpus") {
+          r = CpusField(x, f, j.per_replica.milli_cpus);
+        } else if (key == "memory") {
+          r = MemoryField(x, f, j.per_replica.memory_bytes);
+        } else if (key == "topology") {
+          r = Choice(x, f, kTopologies, topology);
+        } else if (key == "mode") {
+          r = has_mode = Choice(x, f, {"hard", "soft"}, mode);
+        } else if (key == "time_limit") {
+          r = DurationField(x, f, j.time_limit);
+        } else if (key == "duration") {
+          Duration d{0};
+          r = DurationField(x, f, d);
+          if (r && d.count() <= 0) {
+            Error(x, f,
+                  "must be > 0, got " + QuoteForMessage(x.Scalar()) +
+                      "; leave it out for a job that runs until a step finishes it");
+            r = false;
+          }
+          if (r) j.duration = d;
+        } else if (key == "checkpoint_interval") {
+          r = DurationField(x, f, j.checkpoint_interval);
+        } else if (key == "preempt_grace") {
+          r = DurationField(x, f, j.preempt_grace);
+        } else if (key == "exclude") {
+          r = NodeList(x, f, j.exclude);
+        }
+        ok = ok && r;
+      });
+      if (j.id == 0) {
+        if (ok) Error(e, at + ".id", "required: every job needs an id >= 1");
+        continue;
+      }
+      if (!has_min) j.min_replicas = j.replicas;
+      if (j.min_replicas > j.replicas) {
+        Error(e["min_replicas"], at + ".min_replicas",
+              "must be <= replicas (" + std::to_string(j.replicas) + "), got " +
+                  std::to_string(j.min_replicas));
+        ok = false;
+      }
+      if (SaturatingMul(j.per_replica.gpus, j.replicas) > SpecLimits::kMaxTotalGpus) {
+        Error(e["gpus"], at + ".gpus",
+              "the gang asks for more than " + std::to_string(SpecLimits::kMaxTotalGpus) + " GPUs");
+        ok = false;
+      }
+      j.topology.constraint = *ParseTopologyConstraint(topology);
+      j.topology.hard = mode == "hard";
+      if (has_mode && j.topology.constraint == TopologyConstraint::kNone) {
+        Error(e["mode"], at + ".mode", "applies only with a topology constraint; add topology:");
+        ok = false;
+      }
+      if (j.name.empty()) j.name = "job-" + std::to_string(j.id);
+      if (auto [it, fresh] = job_lines_.emplace(j.id, j.line); !fresh) {
+        Error(e["id"], at + ".id",
+              "job " + std::to_string(j.id) + " is already defined at line " +
+                  std::to_string(it->second));
+        continue;
+      }
+      if (!ok) {
+        bad_jobs_.insert(j.id);  // defined, so steps may refer to it without more noise
+        continue;
+      }
+      sc.jobs.push_back(std::move(j));
+    }
+  }
+
+  bool NodeList(const YAML::Node& x, const std::string& f, std::vector<std::string>& out) {
+    if (!List(x, f)) return false;
+    bool ok = true;
+    for (size_t k = 0; k < x.size(); ++k) {
+      std::string n;
+      if (!String(x[k], Indexed(f, k), n)) {
+        ok = false;
+        continue;
+      }
+      if (!KnownNode(x[k], Indexed(f, k), n)) {
+        ok = false;
+        continue;
+      }
+      out.push_back(n);
+    }
+    return ok;
+  }
+
+  bool KnownNode(const YAML::Node& at, const std::string& f, const std::string& name) {
+    if (std::find(node_names_.begin(), node_names_.end(), name) != node_names_.end()) return true;
+    std::string msg = "no node is called " + QuoteForMessage(name);
+    std::vector<std::string_view> names(node_names_.begin(), node_names_.end());
+    if (std::string hint = ClosestMatch(name, names); !hint.empty()) {
+      msg += "; did you mean " + hint + "?";
+    } else if (!names.empty()) {
+      msg += "; nodes are " +
+             Join(std::vector<std::string_view>(
+                 names.begin(), names.begin() + std::min<size_t>(names.size(), 8))) +
+             (names.size() > 8 ? ", ..." : "");
+    }
+    Error(at, f, msg);
+    return false;
+  }
+
+  // Job ids: a list, or a single id.
+  bool JobIds(const YAML::Node& x, const std::string& f, const Scenario& sc,
+              std::vector<JobId>& out) {
+    auto one = [&](const YAML::Node& e, const std::string& ef) {
+      int64_t id = 0;
+      if (!Int(e, ef, 1, INT64_MAX, id)) return false;
+      if (sc.FindJob(id) == nullptr) {
+        if (bad_jobs_.count(id) == 0) {
+          Error(e, ef, "job " + std::to_string(id) + " is not defined; add it under jobs:");
+        }
+        return false;
+      }
+      if (std::find(out.begin(), out.end(), id) != out.end()) {
+        Error(e, ef, "job " + std::to_string(id) + " is listed twice");
+        return false;
+      }
+      out.push_back(id);
+      return true;
+    };
+    if (x.IsScalar()) return one(x, f);
+    if (!x.IsSequence()) {
+      Error(x, f, "must be a list of job ids, got " + KindName(x));
+      return false;
+    }
+    bool ok = true;
+    for (size_t k = 0; k < x.size(); ++k) ok = one(x[k], Indexed(f, k)) && ok;
+    return ok;
+  }
+
+  void ReadSteps(const YAML::Node& v, Scenario& sc) {
+    if (!List(v, "steps")) return;
+    if (v.size() == 0) Error(v, "steps", "must list at least one step");
+    std::map<JobId, std::string> submitted;  // job -> where
+    Duration last{0};
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      const std::string at = Indexed("steps", i);
+      if (!Map(e, at, kStepFields)) continue;
+      ScenarioStep s;
+      s.line = LineOfNode(e);
+      bool has_at = false, at_given = false;
+      ForEachField(e, at, kStepFields, [&](const std::string& key, const YAML::Node& x) {
+        const std::string f = at + "." + key;
+        s.field_lines[key] = LineOfNode(x);
+        if (key == "at") {
+          at_given = true;
+          has_at = DurationField(x, f, s.at);
+          if (has_at && s.at < last) {
+            Error(x, f,
+                  "steps must not go back in time: " + FormatDuration(s.at) +
+                      " is before the previous step's " + FormatDuration(last));
+          }
+          if (has_at) last = std::max(last, s.at);
+        } else if (key == "submit") {
+          JobIds(x, f, sc, s.submit);
+          for (JobId id : s.submit) {
+            auto [it, fresh] = submitted.emplace(id, f);
+            if (!fresh) {
+              Error(x, f,
+                    "job " + std::to_string(id) + " is already submitted by " + it->second +
+                        "; a job is submitted once (preempted jobs requeue by themselves)");
+            }
+          }
+        } else if (key == "finish") {
+          JobIds(x, f, sc, s.finish);
+        } else if (key == "checkpoint") {
+          JobIds(x, f, sc, s.checkpoint);
+        } else if (key == "hold") {
+          JobIds(x, f, sc, s.hold);
+        } else if (key == "release") {
+          JobIds(x, f, sc, s.release);
+        } else if (key == "node_state") {
+          ReadNodeStates(x, f, s);
+        }
+      });
+      if (!at_given) {
+        Error(e, at + ".at", "required: when the step happens, e.g. at: 10m");
+      }
+      sc.steps.push_back(std::move(s));
+    }
+    for (const ScenarioJob& j : sc.jobs) {
+      if (submitted.count(j.id) == 0) {
+        ErrorAtLine(j.line, "jobs",
+                    "job " + std::to_string(j.id) +
+                        " is never submitted; submit it in a step or remove it");
+      }
+    }
+  }
+
+  void ReadNodeStates(const YAML::Node& x, const std::string& f, ScenarioStep& s) {
+    if (!x.IsMap()) {
+      Error(x, f,
+            "must be a map of node name to state (" + Join(kNodeStates) + "), got " + KindName(x));
+      return;
+    }
+    for (const auto& kv : x) {
+      if (!kv.first.IsScalar()) {
+        Error(kv.first, f, "keys must be node names, got " + KindName(kv.first));
+        continue;
+      }
+      const std::string name = kv.first.Scalar();
+      const std::string nf = f + "." + name;
+      if (!KnownNode(kv.first, nf, name)) continue;
+      std::string state;
+      if (!Choice(kv.second, nf, kNodeStates, state)) continue;
+      s.node_state.emplace_back(name, *ParseNodeState(state));
+    }
+  }
+
+  std::string file_;
+  std::vector<Diagnostic> errors_;
+  std::vector<std::string> node_names_;
+  std::set<JobId> bad_jobs_;        // defined with errors
+  std::map<JobId, int> job_lines_;  // every job id defined, and where
+};
+
+}  // namespace
+
+const ScenarioJob* Scenario::FindJob(JobId id) const {
+  for (const ScenarioJob& j : jobs) {
+    if (j.id == id) return &j;
+  }
+  return nullptr;
+}
+
+const PriorityClass* Scenario::FindPriorityClass(std::string_view name) const {
+  for (const PriorityClass& p : priority_classes) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string_view>& ScenarioFieldNames() { return kTopFields; }
+
+ScenarioParseResult ParseScenario(std::string_view text, std::string_view file) {
+  ScenarioParseResult result;
+  ScenarioReader reader(file);
+  if (text.size() > kMaxScenarioBytes) {
+    reader.ErrorAtLine(0, "",
+                       "scenario is " + std::to_string(text.size()) + " bytes; at most " +
+                           std::to_string(kMaxScenarioBytes) + " are accepted");
+  } else if (auto bad = FirstInvalidUtf8(text);
+             bad != std::string_view::npos || text.find('\0') != std::string_view::npos) {
+    if (bad == std::string_view::npos) bad = text.find('\0');
+    int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + bad, '\n'));
+    reader.ErrorAtLine(
+        line, "", "scenario is not UTF-8 text (bad byte at offset " + std::to_string(bad) + ")");
+  } else {
+    Scenario sc;
+    sc.file = std::string(file);
+    try {
+      std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+      if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+        reader.ErrorAtLine(0, "", "scenario is empty; it needs nodes, jobs and steps");
+      } else if (docs.size() > 1) {
+        reader.ErrorAtLine(
+            0, "",
+            "holds " + std::to_string(docs.size()) + " YAML documents; give one scenario per file");
+      } else {
+        reader.Read(docs[0], sc);
+      }
+    } catch (const YAML::Exception& e) {
+      reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + e.msg);
+    }
+    if (reader.errors().empty()) result.scenario = std::move(sc);
+  }
+  result.errors = std::move(reader.errors());
+  std::stable_sort(result.errors.begin(), result.errors.end(),
+                   [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
+  return result;
+}
+
+}  // namespace trainyard::sim
