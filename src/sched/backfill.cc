@@ -5,15 +5,20 @@
 namespace trainyard::sched {
 namespace {
 
+// Capacity that comes back at `end`.
 struct Release {
   Timestamp end;
-  int running;
+  int order;  // tie-break: running jobs by index, then this pass's binds
+  std::vector<std::pair<int32_t, uint64_t>> gpus;  // (node, GPU positions) per replica
+  int64_t cpu = 0;                                 // per replica
+  int64_t mem = 0;
 };
 
 }  // namespace
 
 std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangRequest& req,
-                                                 const PlacementStyle& style) {
+                                                 const PlacementStyle& style,
+                                                 const std::vector<PassBind>& bound_this_pass) {
   const Snapshot& snap = index.snapshot();
   std::vector<Release> ends;
   for (size_t i = 0; i < snap.running.size(); ++i) {
@@ -26,10 +31,21 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
     } else {
       continue;
     }
-    ends.push_back({end, static_cast<int>(i)});
+    Release r{end, static_cast<int>(i), {}, j.per_replica.milli_cpus, j.per_replica.memory_bytes};
+    for (const Placement& p : j.replicas) {
+      int n = index.NodeByName(p.node);
+      if (n >= 0) r.gpus.emplace_back(n, index.MaskOf(n, p.gpus));
+    }
+    ends.push_back(std::move(r));
+  }
+  for (size_t i = 0; i < bound_this_pass.size(); ++i) {
+    const PassBind& b = bound_this_pass[i];
+    if (b.time_limit.count() <= 0) continue;
+    ends.push_back({snap.now + b.time_limit, static_cast<int>(snap.running.size() + i),
+                    b.placement.replicas, b.shape.cpu, b.shape.mem});
   }
   std::sort(ends.begin(), ends.end(), [](const Release& a, const Release& b) {
-    return a.end != b.end ? a.end < b.end : a.running < b.running;
+    return a.end != b.end ? a.end < b.end : a.order < b.order;
   });
 
   // What-if: give back each job's resources in end order until the gang fits.
@@ -43,13 +59,9 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
   uint64_t attempts = 0;
   constexpr uint64_t kMaxAttempts = 256;
   for (size_t k = 0; k < ends.size() && !planned; ++k) {
-    const RunningJob& j = snap.running[ends[k].running];
-    for (const Placement& p : j.replicas) {
-      int n = index.NodeByName(p.node);
-      if (n < 0) continue;
-      uint64_t mask = index.MaskOf(n, p.gpus);
-      index.Release(n, mask, j.per_replica.milli_cpus, j.per_replica.memory_bytes);
-      freed.push_back({n, mask, j.per_replica.milli_cpus, j.per_replica.memory_bytes});
+    for (const auto& [n, mask] : ends[k].gpus) {
+      index.Release(n, mask, ends[k].cpu, ends[k].mem);
+      freed.push_back({n, mask, ends[k].cpu, ends[k].mem});
     }
     // Several jobs may end at the same instant; try once they all have.
     if (k + 1 < ends.size() && ends[k + 1].end == ends[k].end) continue;

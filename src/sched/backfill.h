@@ -25,9 +25,18 @@ struct PlannedStart {
   GangPlacement placement;
 };
 
+// A gang bound earlier in the same pass: it is not in the snapshot's running jobs
+// but holds capacity until its time limit.
+struct PassBind {
+  GangPlacement placement;
+  Shape shape;
+  Duration time_limit{0};  // 0: none
+};
+
 // Finds the earliest start of `request` and marks its currently free GPUs reserved.
 // nullopt when no set of time-limited jobs would make room.
 std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangRequest& request,
-                                                 const PlacementStyle& style);
+                                                 const PlacementStyle& style,
+                                                 const std::vector<PassBind>& bound_this_pass);
 
 }  // namespace trainyard::sched

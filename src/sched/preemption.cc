@@ -148,22 +148,45 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
     int node = -1;
   };
   std::vector<Scope> scopes;
+  // Victims per node and per leaf, in cost order, so a scope walks only its own.
+  std::unordered_map<int, std::vector<int>> by_node, by_leaf;
+  for (int v : order) {
+    int last_node = -1, last_leaf = -1;
+    for (const auto& r : victims[v].replicas) {
+      if (r.node != last_node) {
+        auto& list = by_node[r.node];
+        if (list.empty() || list.back() != v) list.push_back(v);
+        last_node = r.node;
+      }
+      int leaf = index.slot(r.node).leaf;
+      if (leaf != last_leaf) {
+        auto& list = by_leaf[leaf];
+        if (list.empty() || list.back() != v) list.push_back(v);
+        last_leaf = leaf;
+      }
+    }
+  }
   const TopologyConstraint c = req.topology.constraint;
   const bool hard = req.topology.hard;
-  if (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink) {
+  const bool one_node_gang =
+      req.shape.replicas * req.shape.gpus <= 64 &&
+      (c == TopologyConstraint::kNone || c == TopologyConstraint::kSameNode ||
+       c == TopologyConstraint::kSameNvlink || !hard);
+  if (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink || one_node_gang) {
     std::vector<int> nodes;
-    for (const Victim& v : victims) {
-      for (const auto& r : v.replicas) nodes.push_back(r.node);
-    }
+    for (const auto& [n, list] : by_node) nodes.push_back(n);
     std::sort(nodes.begin(), nodes.end());
-    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
     for (int n : nodes) scopes.push_back({-1, n});
-    if (!hard) scopes.push_back({});
-  } else if (c == TopologyConstraint::kSameLeaf || (style.pack_topology && req.max_replicas > 1)) {
-    for (int l = 0; l < index.LeafCount(); ++l) scopes.push_back({l, -1});
+  }
+  const bool node_only =
+      hard && (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink);
+  if (!node_only) {
+    if (c == TopologyConstraint::kSameLeaf || (style.pack_topology && req.max_replicas > 1)) {
+      for (int l = 0; l < index.LeafCount(); ++l) {
+        if (by_leaf.count(l)) scopes.push_back({l, -1});
+      }
+    }
     if (!(c == TopologyConstraint::kSameLeaf && hard)) scopes.push_back({});
-  } else {
-    scopes.push_back({});
   }
 
   std::vector<std::pair<double, std::vector<int>>> found;
@@ -174,7 +197,9 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
     } else {
       initial = BoundOver(index, req, s.leaf);
     }
-    auto r = SearchScope(index, req, victims, order, initial, s.leaf, s.node, max_victims);
+    const std::vector<int>& list =
+        s.node >= 0 ? by_node[s.node] : (s.leaf >= 0 ? by_leaf[s.leaf] : order);
+    auto r = SearchScope(index, req, victims, list, initial, s.leaf, s.node, max_victims);
     if (r) found.emplace_back(r->cost, std::move(r->victims));
   }
   std::sort(found.begin(), found.end());
@@ -197,11 +222,12 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
       }
     };
     release(true);
-    bool fits = PlaceGang(index, req, style).has_value();
+    auto placement = PlaceGang(index, req, style);
     release(false);
-    if (fits) {
+    if (placement) {
       VictimSet out;
       out.cost = found[i].first;
+      out.placement = std::move(*placement);
       for (int v : chosen) out.running.push_back(victims[v].running);
       std::sort(out.running.begin(), out.running.end());
       return out;

@@ -78,6 +78,14 @@ std::optional<std::string> QuotaState::LimitBlocks(int q, int64_t gpus) const {
   return std::nullopt;
 }
 
+int64_t QuotaState::Headroom(int q) const {
+  int64_t h = std::numeric_limits<int64_t>::max();
+  for (int a = q; a >= 0; a = parent_[a]) {
+    h = std::min(h, std::max<int64_t>(0, queues_[a].limit_gpus - used_[a].gpus));
+  }
+  return h;
+}
+
 int64_t QuotaState::Ceiling(int q) const {
   int64_t c = std::numeric_limits<int64_t>::max();
   for (int a = q; a >= 0; a = parent_[a]) c = std::min(c, queues_[a].limit_gpus);

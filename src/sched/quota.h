@@ -32,6 +32,8 @@ class QuotaState {
 
   // Why adding `gpus` would break a limit on `q` or an ancestor; nullopt when it fits.
   std::optional<std::string> LimitBlocks(int q, int64_t gpus) const;
+  // GPUs `q` may still take now before it or an ancestor hits its limit.
+  int64_t Headroom(int q) const;
   // The most GPUs `q` could ever hold (its limit and its ancestors').
   int64_t Ceiling(int q) const;
   // True when `q` would stay within its guarantee after adding `gpus`.

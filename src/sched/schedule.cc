@@ -26,8 +26,12 @@ struct JobCtx {
   Ordering::Key static_key;
 };
 
-std::string GpuTypeText(const NodeIndex& index, int type) {
-  return type >= 0 ? index.TypeName(type) : std::string("GPU");
+constexpr double kBelowGuaranteePenalty = 1e15;
+
+// "8 H100", "1 GPU", "8 GPUs".
+std::string GpuCount(const NodeIndex& index, int64_t n, int type) {
+  if (type >= 0) return std::to_string(n) + " " + index.TypeName(type);
+  return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
 }
 
 std::string TopologyText(const TopologySpec& t) {
@@ -197,25 +201,33 @@ class Pass {
     }
     // Free capacity only shrinks during a pass, so a shape that did not fit once
     // will not fit later in the pass.
-    const bool cacheable = c.excluded.empty();
+    // An elastic gang takes no more replicas than its queue's limit allows.
+    GangRequest req = c.req;
+    if (req.shape.gpus > 0 && req.max_replicas > req.shape.replicas) {
+      int64_t room = quota_.Headroom(c.queue) / req.shape.gpus;
+      req.max_replicas =
+          static_cast<int>(std::clamp<int64_t>(room, req.shape.replicas, req.max_replicas));
+    }
+    const bool cacheable = c.excluded.empty() && req.max_replicas == c.req.max_replicas;
     if (!(cacheable && misfit_.count(c.shape_key) > 0)) {
-      if (auto p = PlaceGang(index_, c.req, style_)) {
+      if (auto p = PlaceGang(index_, req, style_)) {
         Bind(c, *p);
         return;
       }
       if (cacheable) misfit_.insert(c.shape_key);
     }
-    if (auto p = BackfillIntoReservations(c)) {
+    if (auto p = BackfillIntoReservations(c, req)) {
       Bind(c, *p);
       return;
     }
     if (TryPreempt(c)) return;
     if (policy_.backfill && reservations_made_ < policy_.reservations) {
-      if (auto planned = ReserveEarliestStart(index_, c.req, style_)) {
+      std::string reason = WaitReason(c);  // before its own GPUs are held
+      if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_)) {
         ++reservations_made_;
         out_.reservations.push_back(
             {job.id, ToPlacements(index_, planned->placement), planned->start});
-        out_.waiting.push_back({job.id, WaitReason(c) + "; reserved " +
+        out_.waiting.push_back({job.id, reason + "; reserved " +
                                             std::to_string(planned->placement.replicas.size()) +
                                             " replica(s) from " + FormatTimestamp(planned->start)});
         return;
@@ -231,10 +243,11 @@ class Pass {
     total = Scale(total, static_cast<int64_t>(p.replicas.size()));
     quota_.Add(c.queue, total);
     out_.binds.push_back({c.job->id, ToPlacements(index_, p)});
+    bound_.push_back({p, c.req.shape, c.job->time_limit});
   }
 
   // A job whose time limit ends before some reservations start may use their GPUs.
-  std::optional<GangPlacement> BackfillIntoReservations(const JobCtx& c) {
+  std::optional<GangPlacement> BackfillIntoReservations(const JobCtx& c, const GangRequest& req) {
     if (reservations_made_ == 0 || c.job->time_limit.count() <= 0) return std::nullopt;
     const Timestamp end = snap_.now + c.job->time_limit;
     std::vector<std::tuple<int32_t, uint64_t, Timestamp>> lent;
@@ -249,12 +262,14 @@ class Pass {
     std::string key = c.shape_key + "|bf" + std::to_string(lent.size());
     std::optional<GangPlacement> p;
     if (!c.excluded.empty() || !backfill_misfit_.count(key)) {
-      p = PlaceGang(index_, c.req, style_);
-      if (!p && c.excluded.empty()) backfill_misfit_.insert(key);
+      p = PlaceGang(index_, req, style_);
+      if (!p && c.excluded.empty() && req.max_replicas == c.req.max_replicas) {
+        backfill_misfit_.insert(key);
+      }
     }
-    if (p) Commit(index_, *p, c.req.shape);
+    if (p) Commit(index_, *p, req.shape);
     for (const auto& [n, mask, from] : lent) index_.Reserve(n, mask, from);
-    if (p) Uncommit(index_, *p, c.req.shape);  // Bind commits it again
+    if (p) Uncommit(index_, *p, req.shape);  // Bind commits it again
     return p;
   }
 
@@ -284,7 +299,13 @@ class Pass {
       bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
       bool by_reclaim = within && vq != c.queue && borrowing;
       if (v.preempting || by_priority || by_reclaim) {
-        candidates.push_back({static_cast<int>(i), cost_->Cost(v, snap_.now, policy_)});
+        double cost = cost_->Cost(v, snap_.now, policy_);
+        // Reclaim takes back what a queue borrows: a victim that would take its queue
+        // below its own guarantee is the last resort.
+        if (!v.preempting && !by_priority && quota_.Used(vq) - v.Gpus() < quota_.Guaranteed(vq)) {
+          cost += kBelowGuaranteePenalty;
+        }
+        candidates.push_back({static_cast<int>(i), cost});
       }
     }
     auto found = FindVictims(index_, c.req, style_, candidates, policy_.max_victims);
@@ -292,6 +313,13 @@ class Pass {
       if (c.excluded.empty()) no_victims_.insert(key);
       return false;
     }
+    // Hold the free part of the planned placement so that no later job in this pass
+    // takes it; the rest frees up as the victims stop.
+    std::string reason = WaitReason(c);
+    for (const auto& [n, mask] : found->placement.replicas) {
+      index_.Reserve(n, mask & index_.slot(n).free_mask, snap_.now);
+    }
+    out_.reservations.push_back({job.id, ToPlacements(index_, found->placement), snap_.now});
     std::vector<JobId> fresh, draining;
     for (int i : found->running) {
       const RunningJob& v = snap_.running[i];
@@ -317,7 +345,6 @@ class Pass {
       out_.preemptions.push_back({v.id, job.id, lost, why});
       fresh.push_back(v.id);
     }
-    std::string reason = WaitReason(c);
     if (!fresh.empty()) {
       double lost_s = 0;
       for (const auto& p : out_.preemptions) {
@@ -338,12 +365,11 @@ class Pass {
       out += std::to_string(s.replicas) + " replica(s) of " + Describe(c.job->per_replica);
       return out;
     }
-    const std::string type = GpuTypeText(index_, s.type);
     if (s.replicas > 1) {
-      out += std::to_string(s.replicas) + " x " + std::to_string(s.gpus) + " " + type + " (" +
+      out += std::to_string(s.replicas) + " x " + GpuCount(index_, s.gpus, s.type) + " (" +
              std::to_string(c.gpus) + " in all)";
     } else {
-      out += std::to_string(s.gpus) + " " + type;
+      out += GpuCount(index_, s.gpus, s.type);
     }
     out += TopologyText(c.req.topology);
     int max_free = 0;
@@ -358,7 +384,7 @@ class Pass {
         }
       }
     }
-    out += "; " + std::to_string(index_.FreeGpus(s.type)) + " " + type + " free";
+    out += "; " + GpuCount(index_, index_.FreeGpus(s.type), s.type) + " free";
     if (max_free > 0) out += ", at most " + std::to_string(max_free) + " on one node";
     if (s.cpu > 0 || s.mem > 0)
       out += " (each replica also needs " + Describe(c.job->per_replica) + ")";
@@ -398,8 +424,12 @@ class Pass {
       per_leaf[slot.leaf] = SaturatingAdd(per_leaf[slot.leaf], fit);
     }
     std::string why;
-    const std::string what = s.gpus > 0 ? std::to_string(s.gpus) + " " + GpuTypeText(index_, s.type)
-                                        : Describe(job.per_replica);
+    const std::string what =
+        s.gpus > 0 ? GpuCount(index_, s.gpus, s.type) : Describe(job.per_replica);
+    const std::string excluding =
+        c.excluded.empty()
+            ? ""
+            : " (excluding its " + std::to_string(c.excluded.size()) + " excluded node(s))";
     if (best_node == 0) {
       why = "asks for " + Describe(job.per_replica) + " per replica; no node" +
             (c.excluded.empty() ? "" : " outside its excluded nodes") + " has that much";
@@ -409,12 +439,12 @@ class Pass {
           const NodeSlot& slot = index_.slot(n);
           if (s.type < 0 || slot.type == s.type) most = std::max<int64_t>(most, slot.gpu_count);
         }
-        why += " (the largest " + GpuTypeText(index_, s.type) + " node has " +
-               std::to_string(most) + " GPUs)";
+        why += " (the largest " + (s.type >= 0 ? index_.TypeName(s.type) : std::string("GPU")) +
+               " node has " + std::to_string(most) + " GPUs)";
       }
     } else if (total < s.replicas) {
       why = "needs " + std::to_string(s.replicas) + " replicas of " + what +
-            "; the whole cluster holds at most " + std::to_string(total);
+            "; the whole cluster holds at most " + std::to_string(total) + excluding;
     } else if (c.req.topology.hard) {
       int64_t best = 0;
       std::string where;
@@ -437,7 +467,7 @@ class Pass {
       }
       if (best < s.replicas) {
         why = "needs " + std::to_string(s.replicas) + " replicas of " + what + " in " + where +
-              " (hard constraint); the largest holds " + std::to_string(best);
+              " (hard constraint); the largest holds " + std::to_string(best) + excluding;
       }
     }
     if (c.excluded.empty()) never_[key] = why;
@@ -468,6 +498,7 @@ class Pass {
   std::unique_ptr<PreemptionCost> cost_;
   Decisions out_;
   std::vector<bool> victim_taken_;
+  std::vector<PassBind> bound_;   // gangs bound so far in this pass
   std::vector<int> preemptible_;  // indices into running, ascending priority
   std::unordered_set<std::string> misfit_;
   std::unordered_set<std::string> backfill_misfit_;
