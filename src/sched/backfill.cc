@@ -18,7 +18,8 @@ struct Release {
 
 std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangRequest& req,
                                                  const PlacementStyle& style,
-                                                 const std::vector<PassBind>& bound_this_pass) {
+                                                 const std::vector<PassBind>& bound_this_pass,
+                                                 const Claims& claimed) {
   const Snapshot& snap = index.snapshot();
   std::vector<Release> ends;
   for (size_t i = 0; i < snap.running.size(); ++i) {
@@ -59,7 +60,8 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
   uint64_t attempts = 0;
   constexpr uint64_t kMaxAttempts = 256;
   for (size_t k = 0; k < ends.size() && !planned; ++k) {
-    for (const auto& [n, mask] : ends[k].gpus) {
+    for (auto [n, mask] : ends[k].gpus) {
+      if (auto c = claimed.find(n); c != claimed.end()) mask &= ~c->second;
       index.Release(n, mask, ends[k].cpu, ends[k].mem);
       freed.push_back({n, mask, ends[k].cpu, ends[k].mem});
     }

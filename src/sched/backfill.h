@@ -13,6 +13,7 @@
 #pragma once
 
 #include <optional>
+#include <unordered_map>
 
 #include "sched/decisions.h"
 #include "sched/index.h"
@@ -33,10 +34,15 @@ struct PassBind {
   Duration time_limit{0};  // 0: none
 };
 
+// GPUs (node -> positions) that earlier jobs of the pass count on: a reservation's
+// busy GPUs, a preempting gang's victims. Planning never hands them to another job.
+using Claims = std::unordered_map<int32_t, uint64_t>;
+
 // Finds the earliest start of `request` and marks its currently free GPUs reserved.
 // nullopt when no set of time-limited jobs would make room.
 std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangRequest& request,
                                                  const PlacementStyle& style,
-                                                 const std::vector<PassBind>& bound_this_pass);
+                                                 const std::vector<PassBind>& bound_this_pass,
+                                                 const Claims& claimed);
 
 }  // namespace trainyard::sched

@@ -240,14 +240,26 @@ std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangReque
 }
 
 // A replica with no GPUs fits on any schedulable node with the CPUs and memory.
+// same-nvlink means nothing without GPUs and is read as same-node.
 std::optional<GangPlacement> PlaceCpuOnly(const NodeIndex& index, const GangRequest& req) {
-  if (req.topology.constraint == TopologyConstraint::kSameNode) {
+  const TopologyConstraint c = req.topology.constraint;
+  if (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink) {
     for (int n = 0; n < index.NodeCount(); ++n) {
       if (!Excluded(req, n) && index.ReplicasFit(n, req.shape) >= req.shape.replicas) {
         Builder b(index, req);
         b.AddNode(n);
         return b.Result();
       }
+    }
+    if (req.topology.hard) return std::nullopt;
+  }
+  if (c == TopologyConstraint::kSameLeaf) {
+    for (int leaf = 0; leaf < index.LeafCount(); ++leaf) {
+      Builder b(index, req);
+      for (int n = 0; n < index.NodeCount() && !b.full(); ++n) {
+        if (index.slot(n).leaf == leaf) b.AddNode(n);
+      }
+      if (b.enough()) return b.Result();
     }
     if (req.topology.hard) return std::nullopt;
   }

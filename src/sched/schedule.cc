@@ -223,8 +223,9 @@ class Pass {
     if (TryPreempt(c)) return;
     if (policy_.backfill && reservations_made_ < policy_.reservations) {
       std::string reason = WaitReason(c);  // before its own GPUs are held
-      if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_)) {
+      if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_, claimed_)) {
         ++reservations_made_;
+        Claim(planned->placement);
         out_.reservations.push_back(
             {job.id, ToPlacements(index_, planned->placement), planned->start});
         out_.waiting.push_back({job.id, reason + "; reserved " +
@@ -235,6 +236,20 @@ class Pass {
     }
     if (!policy_.backfill) fifo_blocker_ = job.id;
     out_.waiting.push_back({job.id, WaitReason(c)});
+  }
+
+  void Claim(const GangPlacement& p) {
+    for (const auto& [n, mask] : p.replicas) claimed_[n] |= mask;
+  }
+
+  bool HoldsClaimed(const RunningJob& v) const {
+    if (claimed_.empty()) return false;
+    for (const Placement& p : v.replicas) {
+      int n = index_.NodeByName(p.node);
+      auto it = claimed_.find(n);
+      if (it != claimed_.end() && (index_.MaskOf(n, p.gpus) & it->second) != 0) return true;
+    }
+    return false;
   }
 
   void Bind(const JobCtx& c, const GangPlacement& p) {
@@ -294,6 +309,7 @@ class Pass {
       const size_t i = preemptible_[k];
       if (victim_taken_[i]) continue;
       const RunningJob& v = snap_.running[i];
+      if (HoldsClaimed(v)) continue;  // an earlier job of this pass counts on its GPUs
       int vq = quota_.Find(v.tenant, v.queue);
       bool borrowing = vq >= 0 && quota_.Borrowing(vq);
       bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
@@ -319,6 +335,7 @@ class Pass {
     for (const auto& [n, mask] : found->placement.replicas) {
       index_.Reserve(n, mask & index_.slot(n).free_mask, snap_.now);
     }
+    Claim(found->placement);
     out_.reservations.push_back({job.id, ToPlacements(index_, found->placement), snap_.now});
     std::vector<JobId> fresh, draining;
     for (int i : found->running) {
@@ -393,15 +410,16 @@ class Pass {
   }
 
   // Why the job could not run even on an empty cluster; empty when it could.
-  std::string NeverFits(const JobCtx& c) {
-    std::string key = c.shape_key + "|x" + std::to_string(c.excluded.size());
-    if (c.excluded.empty()) {
-      if (auto it = never_.find(key); it != never_.end()) return it->second;
-    }
-    const Shape& s = c.req.shape;
-    const PendingJob& job = *c.job;
+  // Replica capacity of an empty cluster for one GPU type (-1: GPU-less shapes).
+  struct EmptyCapacity {
     int64_t best_node = 0;
     int64_t total = 0;
+    int64_t best_leaf = 0;
+    int64_t best_domain = 0;
+  };
+  EmptyCapacity CapacityOfType(const JobCtx& c, int type) const {
+    const Shape& s = c.req.shape;
+    EmptyCapacity cap;
     std::map<int, int64_t> per_leaf;
     std::map<int32_t, int64_t> per_domain;
     for (int n = 0; n < index_.NodeCount(); ++n) {
@@ -410,64 +428,121 @@ class Pass {
       const Node& node = snap_.nodes[slot.node];
       int64_t fit = int64_t{1} << 30;
       if (s.gpus > 0) {
-        if (slot.type < 0 || (s.type >= 0 && slot.type != s.type)) continue;
-        if (s.gpu_memory > slot.gpu_memory) continue;
+        if (slot.type != type || s.gpu_memory > slot.gpu_memory) continue;
         fit = slot.gpu_count / s.gpus;
-        for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
-          per_domain[slot.nvlink_ids[d]] += __builtin_popcountll(slot.nvlink_masks[d]) / s.gpus;
-        }
       }
       if (s.cpu > 0) fit = std::min(fit, node.milli_cpus / s.cpu);
       if (s.mem > 0) fit = std::min(fit, node.memory_bytes / s.mem);
-      best_node = std::max(best_node, fit);
-      total = SaturatingAdd(total, fit);
+      if (s.gpus > 0) {
+        // A domain holds no more replicas than its GPUs, nor than the node's CPUs
+        // and memory allow.
+        for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
+          per_domain[slot.nvlink_ids[d]] +=
+              std::min<int64_t>(fit, __builtin_popcountll(slot.nvlink_masks[d]) / s.gpus);
+        }
+      }
+      cap.best_node = std::max(cap.best_node, fit);
+      cap.total = SaturatingAdd(cap.total, fit);
       per_leaf[slot.leaf] = SaturatingAdd(per_leaf[slot.leaf], fit);
     }
-    std::string why;
-    const std::string what =
-        s.gpus > 0 ? GpuCount(index_, s.gpus, s.type) : Describe(job.per_replica);
-    const std::string excluding =
-        c.excluded.empty()
-            ? ""
-            : " (excluding its " + std::to_string(c.excluded.size()) + " excluded node(s))";
-    if (best_node == 0) {
-      why = "asks for " + Describe(job.per_replica) + " per replica; no node" +
-            (c.excluded.empty() ? "" : " outside its excluded nodes") + " has that much";
-      if (s.gpus > 0) {
-        int64_t most = 0;
-        for (int n = 0; n < index_.NodeCount(); ++n) {
-          const NodeSlot& slot = index_.slot(n);
-          if (s.type < 0 || slot.type == s.type) most = std::max<int64_t>(most, slot.gpu_count);
-        }
-        why += " (the largest " + (s.type >= 0 ? index_.TypeName(s.type) : std::string("GPU")) +
-               " node has " + std::to_string(most) + " GPUs)";
-      }
-    } else if (total < s.replicas) {
-      why = "needs " + std::to_string(s.replicas) + " replicas of " + what +
-            "; the whole cluster holds at most " + std::to_string(total) + excluding;
-    } else if (c.req.topology.hard) {
-      int64_t best = 0;
-      std::string where;
-      switch (c.req.topology.constraint) {
+    for (const auto& [l, v] : per_leaf) cap.best_leaf = std::max(cap.best_leaf, v);
+    for (const auto& [d, v] : per_domain) cap.best_domain = std::max(cap.best_domain, v);
+    return cap;
+  }
+
+  // Why the job could not run even on an empty cluster; empty when it could. A gang
+  // is one GPU type, so an untyped gang must fit within one type.
+  std::string NeverFits(const JobCtx& c) {
+    std::string key = c.shape_key + "|x" + std::to_string(c.excluded.size());
+    if (c.excluded.empty()) {
+      if (auto it = never_.find(key); it != never_.end()) return it->second;
+    }
+    const Shape& s = c.req.shape;
+    const PendingJob& job = *c.job;
+    const TopologySpec& topo = c.req.topology;
+    auto fits = [&](const EmptyCapacity& cap) {
+      if (cap.best_node == 0 || cap.total < s.replicas) return false;
+      if (!topo.hard) return true;
+      switch (topo.constraint) {
         case TopologyConstraint::kSameNode:
-          best = best_node;
-          where = "one node";
-          break;
+          return cap.best_node >= s.replicas;
         case TopologyConstraint::kSameLeaf:
-          for (const auto& [l, v] : per_leaf) best = std::max(best, v);
-          where = "one leaf";
-          break;
+          return cap.best_leaf >= s.replicas;
         case TopologyConstraint::kSameNvlink:
-          for (const auto& [d, v] : per_domain) best = std::max(best, v);
-          where = "one NVLink domain";
-          break;
+          return (s.gpus > 0 ? cap.best_domain : cap.best_node) >= s.replicas;  // no GPUs: one node
         case TopologyConstraint::kNone:
-          best = total;
-          break;
+          return true;
       }
-      if (best < s.replicas) {
+      return true;
+    };
+    // The type that comes closest, for the message.
+    EmptyCapacity best;
+    std::vector<int> types;
+    if (s.gpus <= 0) {
+      types = {-1};
+    } else if (s.type >= 0) {
+      types = {s.type};
+    } else {
+      for (int t = 0; t < index_.TypeCount(); ++t) types.push_back(t);
+    }
+    bool ok = false;
+    for (int t : types) {
+      EmptyCapacity cap = CapacityOfType(c, t);
+      if (fits(cap)) {
+        ok = true;
+        break;
+      }
+      if (cap.total > best.total) best = cap;
+    }
+    std::string why;
+    if (!ok) {
+      const std::string what =
+          s.gpus > 0 ? GpuCount(index_, s.gpus, s.type) : Describe(job.per_replica);
+      const std::string excluding =
+          c.excluded.empty()
+              ? ""
+              : " (excluding its " + std::to_string(c.excluded.size()) + " excluded node(s))";
+      const std::string one_type = s.gpus > 0 && s.type < 0 && index_.TypeCount() > 1
+                                       ? " of any one GPU type (a gang does not mix types)"
+                                       : "";
+      if (best.best_node == 0) {
+        why = "asks for " + Describe(job.per_replica) + " per replica; no node" +
+              (c.excluded.empty() ? "" : " outside its excluded nodes") + " has that much";
+        if (s.gpus > 0) {
+          int64_t most = 0;
+          for (int n = 0; n < index_.NodeCount(); ++n) {
+            const NodeSlot& slot = index_.slot(n);
+            if (s.type < 0 || slot.type == s.type) most = std::max<int64_t>(most, slot.gpu_count);
+          }
+          why += " (the largest " + (s.type >= 0 ? index_.TypeName(s.type) : std::string("GPU")) +
+                 " node has " + std::to_string(most) + " GPUs)";
+        }
+      } else if (best.total < s.replicas) {
+        why = "needs " + std::to_string(s.replicas) + " replicas of " + what +
+              "; the whole cluster holds at most " + std::to_string(best.total) + one_type +
+              excluding;
+      } else {
+        int64_t most = 0;
+        std::string where;
+        switch (topo.constraint) {
+          case TopologyConstraint::kSameNode:
+            most = best.best_node;
+            where = "one node";
+            break;
+          case TopologyConstraint::kSameLeaf:
+            most = best.best_leaf;
+            where = "one leaf";
+            break;
+          case TopologyConstraint::kSameNvlink:
+            most = best.best_domain;
+            where = "one NVLink domain";
+            break;
+          case TopologyConstraint::kNone:
+            most = best.total;
+            break;
+        }
         why = "needs " + std::to_string(s.replicas) + " replicas of " + what + " in " + where +
-              " (hard constraint); the largest holds " + std::to_string(best) + excluding;
+              " (hard constraint); the largest holds " + std::to_string(most) + excluding;
       }
     }
     if (c.excluded.empty()) never_[key] = why;
@@ -499,6 +574,7 @@ class Pass {
   Decisions out_;
   std::vector<bool> victim_taken_;
   std::vector<PassBind> bound_;   // gangs bound so far in this pass
+  Claims claimed_;                // busy GPUs earlier jobs of this pass count on
   std::vector<int> preemptible_;  // indices into running, ascending priority
   std::unordered_set<std::string> misfit_;
   std::unordered_set<std::string> backfill_misfit_;
