@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 namespace trainyard::sched {
 namespace {
@@ -10,7 +11,8 @@ const std::vector<int32_t> kEmpty;
 
 NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::map<std::string, int16_t> types, leaves;
-  std::map<std::string, int32_t> nvlink_ids;
+  std::unordered_map<std::string, int32_t> nvlink_ids;
+  nvlink_ids.reserve(snapshot.nodes.size() * 2);
   // Intern in sorted order so that the index does not depend on node order.
   for (const Node& n : snapshot.nodes) {
     if (!n.gpus.empty()) types.emplace(NormalizeGpuType(n.gpus.front().model), 0);
@@ -69,6 +71,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   }
 
   free_by_type_.assign(type_names_.size(), 0);
+  nodes_by_type_free_.assign(type_names_.size() * 65, 0);
   total_by_type_.assign(type_names_.size(), 0);
   buckets_.assign(type_names_.size() * leaf_names_.size() * 65, {});
   bucket_pos_.assign(slots_.size(), -1);
@@ -119,9 +122,26 @@ int NodeIndex::ReplicasFit(int n, const Shape& shape) const {
   return static_cast<int>(std::max<int64_t>(0, fit));
 }
 
+int NodeIndex::MaxFree(int type) const {
+  if (type < 0) {
+    int m = 0;
+    for (int t = 0; t < TypeCount(); ++t) m = std::max(m, MaxFree(t));
+    return m;
+  }
+  for (int f = 64; f > 0; --f) {
+    if (nodes_by_type_free_[type * 65 + f] > 0) return f;
+  }
+  return 0;
+}
+
+bool NodeIndex::AnyWithFree(int type, int free) const {
+  return type >= 0 && free >= 0 && free <= 64 && nodes_by_type_free_[type * 65 + free] > 0;
+}
+
 int64_t NodeIndex::LeafReplicaBound(int type, int leaf, int gpus) const {
   int64_t bound = 0;
   for (int f = std::max(gpus, 1); f <= 64; ++f) {
+    if (nodes_by_type_free_[type * 65 + f] == 0) continue;
     bound += static_cast<int64_t>(buckets_[BucketKey(type, leaf, f)].size()) * (f / gpus);
   }
   return bound;
@@ -142,6 +162,7 @@ void NodeIndex::Unbucket(int n) {
   b.pop_back();
   bucket_pos_[n] = -1;
   free_by_type_[s.type] -= s.FreeGpus();
+  --nodes_by_type_free_[s.type * 65 + s.FreeGpus()];
 }
 
 void NodeIndex::Rebucket(int n) {
@@ -151,6 +172,7 @@ void NodeIndex::Rebucket(int n) {
   bucket_pos_[n] = static_cast<int32_t>(b.size());
   b.push_back(n);
   free_by_type_[s.type] += s.FreeGpus();
+  ++nodes_by_type_free_[s.type * 65 + s.FreeGpus()];
 }
 
 void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {

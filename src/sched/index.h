@@ -75,6 +75,10 @@ class NodeIndex {
   // Upper bound of replicas of `s` that fit in leaf `l` (from the histogram; ignores
   // CPU, memory and exclusions, so the real answer may be lower).
   int64_t LeafReplicaBound(int type, int leaf, int gpus) const;
+  // The most free GPUs on one schedulable node of `type` (-1: any type).
+  int MaxFree(int type) const;
+  // True when some schedulable node of `type` has exactly `free` free GPUs.
+  bool AnyWithFree(int type, int free) const;
   // Nodes of GPU type `type` in `leaf` with exactly `free` free GPUs.
   const std::vector<int32_t>& Bucket(int type, int leaf, int free) const;
 
@@ -111,6 +115,7 @@ class NodeIndex {
   std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
   std::set<int32_t> reserved_nodes_;
   std::vector<int64_t> free_by_type_;
+  std::vector<int32_t> nodes_by_type_free_;  // type * 65 + free -> schedulable nodes
   std::vector<int64_t> total_by_type_;
 };
 

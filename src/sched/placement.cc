@@ -78,6 +78,7 @@ void ForNodes(const NodeIndex& index, int type, const std::vector<int>& leaves, 
   min_free = std::max(min_free, 1);
   if (fewest_first) {
     for (int f = min_free; f <= 64; ++f) {
+      if (!index.AnyWithFree(type, f)) continue;
       for (int leaf : leaves) {
         for (int32_t n : index.Bucket(type, leaf, f)) {
           if (!fn(n)) return;
@@ -86,6 +87,7 @@ void ForNodes(const NodeIndex& index, int type, const std::vector<int>& leaves, 
     }
   } else {
     for (int f = 64; f >= min_free; --f) {
+      if (!index.AnyWithFree(type, f)) continue;
       for (int leaf : leaves) {
         for (int32_t n : index.Bucket(type, leaf, f)) {
           if (!fn(n)) return;
@@ -102,6 +104,7 @@ std::optional<GangPlacement> PlaceInLeaves(const NodeIndex& index, const GangReq
   if (req.max_replicas > 1) {
     const int want = req.max_replicas;
     for (int f = want * g; f <= 64; ++f) {
+      if (!index.AnyWithFree(type, f)) continue;
       for (int leaf : leaves) {
         for (int32_t n : index.Bucket(type, leaf, f)) {
           if (!Excluded(req, n) && index.ReplicasFit(n, req.shape) >= want) {
@@ -207,6 +210,7 @@ std::optional<GangPlacement> PlaceFirstFit(const NodeIndex& index, const GangReq
 
 std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangRequest& req, int type,
                                          const PlacementStyle& style) {
+  if (index.MaxFree(type) < req.shape.gpus) return std::nullopt;  // no node has room for one
   const TopologyConstraint c = req.topology.constraint;
   if (c != TopologyConstraint::kNone) {
     std::optional<GangPlacement> p;

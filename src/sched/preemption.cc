@@ -129,9 +129,13 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
   for (const Candidate& c : candidates) {
     const RunningJob& job = snap.running[c.running];
     Victim v{c.running, c.cost, std::max<int64_t>(job.Gpus(), 1), {}};
-    for (const Placement& p : job.replicas) {
-      int n = index.NodeByName(p.node);
-      if (n >= 0) v.replicas.push_back({n, index.MaskOf(n, p.gpus)});
+    if (c.gpus != nullptr) {
+      for (const auto& [n, mask] : *c.gpus) v.replicas.push_back({n, mask});
+    } else {
+      for (const Placement& p : job.replicas) {
+        int n = index.NodeByName(p.node);
+        if (n >= 0) v.replicas.push_back({n, index.MaskOf(n, p.gpus)});
+      }
     }
     victims.push_back(std::move(v));
   }

@@ -26,6 +26,9 @@ namespace trainyard::sched {
 struct Candidate {
   int running = 0;  // index into Snapshot::running
   double cost = 0;
+  // Its GPUs as (node index, GPU positions) per replica; computed from the snapshot
+  // when null.
+  const std::vector<std::pair<int32_t, uint64_t>>* gpus = nullptr;
 };
 
 struct VictimSet {

@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/snapshot.h"
@@ -55,7 +56,10 @@ class QuotaState {
   std::vector<Queue> queues_;
   std::vector<int> parent_;
   std::vector<Resources> used_;
-  std::map<std::pair<std::string, std::string>, int> by_key_;
+  std::unordered_map<std::string, int> by_key_;  // tenant + '\n' + queue
+  static std::string Key(const std::string& tenant, const std::string& queue) {
+    return tenant + '\n' + queue;
+  }
   Resources cluster_;
 };
 

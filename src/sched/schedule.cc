@@ -1,9 +1,11 @@
 #include "sched/schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -73,6 +75,19 @@ class Pass {
     style_ = *style;
     cost_ = std::move(cost).value();
     victim_taken_.assign(snapshot.running.size(), false);
+    // Per running job, once: its queue, its cost as a victim, its GPUs in index terms.
+    running_queue_.resize(snapshot.running.size());
+    running_cost_.resize(snapshot.running.size());
+    running_gpus_.resize(snapshot.running.size());
+    for (size_t i = 0; i < snapshot.running.size(); ++i) {
+      const RunningJob& v = snapshot.running[i];
+      running_queue_[i] = quota_.Find(v.tenant, v.queue);
+      running_cost_[i] = cost_ ? cost_->Cost(v, snapshot.now, policy) : 0;
+      for (const Placement& p : v.replicas) {
+        int n = index_.NodeByName(p.node);
+        if (n >= 0) running_gpus_[i].emplace_back(n, index_.MaskOf(n, p.gpus));
+      }
+    }
     // Jobs that may ever be victims in this pass, by ascending priority.
     for (size_t i = 0; i < snapshot.running.size(); ++i) {
       const RunningJob& v = snapshot.running[i];
@@ -209,12 +224,12 @@ class Pass {
           static_cast<int>(std::clamp<int64_t>(room, req.shape.replicas, req.max_replicas));
     }
     const bool cacheable = c.excluded.empty() && req.max_replicas == c.req.max_replicas;
-    if (!(cacheable && misfit_.count(c.shape_key) > 0)) {
+    if (!(cacheable && KnownMisfit(c))) {
       if (auto p = PlaceGang(index_, req, style_)) {
         Bind(c, *p);
         return;
       }
-      if (cacheable) misfit_.insert(c.shape_key);
+      if (cacheable) RecordMisfit(c);
     }
     if (auto p = BackfillIntoReservations(c, req)) {
       Bind(c, *p);
@@ -238,21 +253,50 @@ class Pass {
     out_.waiting.push_back({job.id, WaitReason(c)});
   }
 
+  static std::string CoarseKey(const JobCtx& c) {
+    const Shape& s = c.req.shape;
+    return std::to_string(s.type) + "/" + std::to_string(s.replicas) + "/" +
+           std::to_string(static_cast<int>(c.req.topology.constraint)) +
+           (c.req.topology.hard ? "h" : "s");
+  }
+  static std::array<int64_t, 4> Needs(const JobCtx& c) {
+    const Shape& s = c.req.shape;
+    return {s.gpus, s.cpu, s.mem, s.gpu_memory};
+  }
+  using NeedsCache = std::unordered_map<std::string, std::vector<std::array<int64_t, 4>>>;
+  static bool Dominated(const NeedsCache& cache, const std::string& key,
+                        const std::array<int64_t, 4>& need) {
+    auto it = cache.find(key);
+    if (it == cache.end()) return false;
+    for (const auto& f : it->second) {
+      if (f[0] <= need[0] && f[1] <= need[1] && f[2] <= need[2] && f[3] <= need[3]) return true;
+    }
+    return false;
+  }
+  static void Record(NeedsCache& cache, const std::string& key,
+                     const std::array<int64_t, 4>& need) {
+    auto& list = cache[key];
+    if (list.size() < 64) list.push_back(need);
+  }
+  bool KnownMisfit(const JobCtx& c) const { return Dominated(misfit_, CoarseKey(c), Needs(c)); }
+  void RecordMisfit(const JobCtx& c) { Record(misfit_, CoarseKey(c), Needs(c)); }
+
   void Claim(const GangPlacement& p) {
+    ++version_;  // called whenever GPUs are reserved
     for (const auto& [n, mask] : p.replicas) claimed_[n] |= mask;
   }
 
-  bool HoldsClaimed(const RunningJob& v) const {
+  bool HoldsClaimed(size_t running) const {
     if (claimed_.empty()) return false;
-    for (const Placement& p : v.replicas) {
-      int n = index_.NodeByName(p.node);
+    for (const auto& [n, mask] : running_gpus_[running]) {
       auto it = claimed_.find(n);
-      if (it != claimed_.end() && (index_.MaskOf(n, p.gpus) & it->second) != 0) return true;
+      if (it != claimed_.end() && (mask & it->second) != 0) return true;
     }
     return false;
   }
 
   void Bind(const JobCtx& c, const GangPlacement& p) {
+    ++version_;
     Commit(index_, p, c.req.shape);
     Resources total = c.job->per_replica;
     total = Scale(total, static_cast<int64_t>(p.replicas.size()));
@@ -292,9 +336,11 @@ class Pass {
     if (!cost_ || c.gpus <= 0) return false;
     const PendingJob& job = *c.job;
     const bool within = quota_.WithinGuarantee(c.queue, c.gpus);
-    std::string key = c.shape_key + "|" + std::to_string(job.priority) + "|" +
-                      std::to_string(c.queue) + "|" + (within ? "g" : "b");
-    if (c.excluded.empty() && no_victims_.count(key)) return false;
+    // Candidates only dwindle during a pass: a shape that found no victims at this
+    // priority, queue and guarantee standing will not, nor will any larger one.
+    const std::string key = CoarseKey(c) + "|" + std::to_string(job.priority) + "|" +
+                            std::to_string(c.queue) + "|" + (within ? "g" : "b");
+    if (c.excluded.empty() && Dominated(no_victims_, key, Needs(c))) return false;
     // Only jobs of lower priority can be victims, except when reclaiming a guarantee.
     const size_t scan =
         within ? preemptible_.size()
@@ -309,24 +355,24 @@ class Pass {
       const size_t i = preemptible_[k];
       if (victim_taken_[i]) continue;
       const RunningJob& v = snap_.running[i];
-      if (HoldsClaimed(v)) continue;  // an earlier job of this pass counts on its GPUs
-      int vq = quota_.Find(v.tenant, v.queue);
+      if (HoldsClaimed(i)) continue;  // an earlier job of this pass counts on its GPUs
+      int vq = running_queue_[i];
       bool borrowing = vq >= 0 && quota_.Borrowing(vq);
       bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
       bool by_reclaim = within && vq != c.queue && borrowing;
       if (v.preempting || by_priority || by_reclaim) {
-        double cost = cost_->Cost(v, snap_.now, policy_);
+        double cost = running_cost_[i];
         // Reclaim takes back what a queue borrows: a victim that would take its queue
         // below its own guarantee is the last resort.
         if (!v.preempting && !by_priority && quota_.Used(vq) - v.Gpus() < quota_.Guaranteed(vq)) {
           cost += kBelowGuaranteePenalty;
         }
-        candidates.push_back({static_cast<int>(i), cost});
+        candidates.push_back({static_cast<int>(i), cost, &running_gpus_[i]});
       }
     }
     auto found = FindVictims(index_, c.req, style_, candidates, policy_.max_victims);
     if (!found) {
-      if (c.excluded.empty()) no_victims_.insert(key);
+      if (c.excluded.empty()) Record(no_victims_, key, Needs(c));
       return false;
     }
     // Hold the free part of the planned placement so that no later job in this pass
@@ -375,7 +421,18 @@ class Pass {
     return true;
   }
 
-  std::string WaitReason(const JobCtx& c) const {
+  // The reason text depends on the shape and the free capacity only; jobs of one
+  // shape share it until the index changes.
+  std::string WaitReason(const JobCtx& c) {
+    if (!c.excluded.empty()) return ComposeWaitReason(c);
+    auto it = reasons_.find(c.shape_key);
+    if (it != reasons_.end() && it->second.first == version_) return it->second.second;
+    std::string r = ComposeWaitReason(c);
+    reasons_[c.shape_key] = {version_, r};
+    return r;
+  }
+
+  std::string ComposeWaitReason(const JobCtx& c) const {
     const Shape& s = c.req.shape;
     std::string out = "waiting for ";
     if (s.gpus == 0) {
@@ -389,18 +446,7 @@ class Pass {
       out += GpuCount(index_, s.gpus, s.type);
     }
     out += TopologyText(c.req.topology);
-    int max_free = 0;
-    for (int t = 0; t < index_.TypeCount() && max_free < 64; ++t) {
-      if (s.type >= 0 && t != s.type) continue;
-      for (int f = 64; f > max_free; --f) {
-        bool any = false;
-        for (int l = 0; l < index_.LeafCount() && !any; ++l) any = !index_.Bucket(t, l, f).empty();
-        if (any) {
-          max_free = f;
-          break;
-        }
-      }
-    }
+    const int max_free = index_.MaxFree(s.type);
     out += "; " + GpuCount(index_, index_.FreeGpus(s.type), s.type) + " free";
     if (max_free > 0) out += ", at most " + std::to_string(max_free) + " on one node";
     if (s.cpu > 0 || s.mem > 0)
@@ -409,7 +455,6 @@ class Pass {
     return out;
   }
 
-  // Why the job could not run even on an empty cluster; empty when it could.
   // Replica capacity of an empty cluster for one GPU type (-1: GPU-less shapes).
   struct EmptyCapacity {
     int64_t best_node = 0;
@@ -417,37 +462,107 @@ class Pass {
     int64_t best_leaf = 0;
     int64_t best_domain = 0;
   };
-  EmptyCapacity CapacityOfType(const JobCtx& c, int type) const {
+  // Nodes that are alike for capacity (GPU type, count and memory, CPUs, memory,
+  // largest NVLink domain), with how many of them each leaf has. Real clusters have
+  // a handful, so empty-cluster capacity is computed per class, not per node.
+  struct NodeClass {
+    int type;
+    int gpus;
+    int64_t gpu_memory, cpu, mem;
+    int max_domain;
+    int64_t count = 0;
+    std::map<int, int64_t> per_leaf;
+  };
+  void BuildClasses() {
+    if (classes_built_) return;
+    classes_built_ = true;
+    std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int>, int> key_to_class;
+    std::unordered_map<int32_t, int> domain_nodes;
+    class_of_.assign(index_.NodeCount(), -1);
+    for (int n = 0; n < index_.NodeCount(); ++n) {
+      const NodeSlot& slot = index_.slot(n);
+      const Node& node = snap_.nodes[slot.node];
+      int max_domain = 0;
+      for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
+        max_domain = std::max(max_domain, __builtin_popcountll(slot.nvlink_masks[d]));
+        if (++domain_nodes[slot.nvlink_ids[d]] > 1) shared_domains_ = true;
+      }
+      auto key = std::make_tuple(static_cast<int>(slot.type), slot.gpu_count, slot.gpu_memory,
+                                 node.milli_cpus, node.memory_bytes, max_domain);
+      auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
+      if (inserted) {
+        classes_.push_back(NodeClass{slot.type, slot.gpu_count, slot.gpu_memory, node.milli_cpus,
+                                     node.memory_bytes, max_domain});
+      }
+      NodeClass& cls = classes_[it->second];
+      ++cls.count;
+      ++cls.per_leaf[slot.leaf];
+      class_of_[n] = it->second;
+    }
+  }
+
+  // Replicas of the job's shape one node of class `cls` holds when empty.
+  int64_t ClassFit(const NodeClass& cls, const Shape& s, int type) const {
+    int64_t fit = int64_t{1} << 30;
+    if (s.gpus > 0) {
+      if (cls.type != type || s.gpu_memory > cls.gpu_memory) return 0;
+      fit = cls.gpus / s.gpus;
+    }
+    if (s.cpu > 0) fit = std::min(fit, cls.cpu / s.cpu);
+    if (s.mem > 0) fit = std::min(fit, cls.mem / s.mem);
+    return fit;
+  }
+
+  EmptyCapacity CapacityOfType(const JobCtx& c, int type) {
+    BuildClasses();
     const Shape& s = c.req.shape;
+    // Excluded nodes, by class and leaf.
+    std::map<std::pair<int, int>, int64_t> excluded;
+    for (int32_t n : c.excluded) ++excluded[{class_of_[n], index_.slot(n).leaf}];
     EmptyCapacity cap;
     std::map<int, int64_t> per_leaf;
-    std::map<int32_t, int64_t> per_domain;
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      const NodeClass& cls = classes_[k];
+      const int64_t fit = ClassFit(cls, s, type);
+      if (fit <= 0) continue;
+      int64_t left_in_class = 0;
+      for (const auto& [leaf, count] : cls.per_leaf) {
+        int64_t n = count;
+        if (auto e = excluded.find({static_cast<int>(k), leaf}); e != excluded.end())
+          n -= e->second;
+        if (n <= 0) continue;
+        left_in_class += n;
+        per_leaf[leaf] = SaturatingAdd(per_leaf[leaf], SaturatingMul(fit, n));
+      }
+      if (left_in_class == 0) continue;
+      cap.best_node = std::max(cap.best_node, fit);
+      cap.total = SaturatingAdd(cap.total, SaturatingMul(fit, left_in_class));
+      if (s.gpus > 0)
+        cap.best_domain =
+            std::max(cap.best_domain, std::min<int64_t>(fit, cls.max_domain / s.gpus));
+    }
+    for (const auto& [l, v] : per_leaf) cap.best_leaf = std::max(cap.best_leaf, v);
+    if (shared_domains_ && s.gpus > 0) cap.best_domain = DomainCapacityByNodes(c, type);
+    return cap;
+  }
+
+  // Same-NVLink capacity when domains span nodes: summed over the nodes sharing one.
+  int64_t DomainCapacityByNodes(const JobCtx& c, int type) const {
+    const Shape& s = c.req.shape;
+    std::unordered_map<int32_t, int64_t> per_domain;
     for (int n = 0; n < index_.NodeCount(); ++n) {
       if (c.req.excluded && std::binary_search(c.excluded.begin(), c.excluded.end(), n)) continue;
       const NodeSlot& slot = index_.slot(n);
-      const Node& node = snap_.nodes[slot.node];
-      int64_t fit = int64_t{1} << 30;
-      if (s.gpus > 0) {
-        if (slot.type != type || s.gpu_memory > slot.gpu_memory) continue;
-        fit = slot.gpu_count / s.gpus;
+      const int64_t fit = ClassFit(classes_[class_of_[n]], s, type);
+      if (fit <= 0) continue;
+      for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
+        per_domain[slot.nvlink_ids[d]] +=
+            std::min<int64_t>(fit, __builtin_popcountll(slot.nvlink_masks[d]) / s.gpus);
       }
-      if (s.cpu > 0) fit = std::min(fit, node.milli_cpus / s.cpu);
-      if (s.mem > 0) fit = std::min(fit, node.memory_bytes / s.mem);
-      if (s.gpus > 0) {
-        // A domain holds no more replicas than its GPUs, nor than the node's CPUs
-        // and memory allow.
-        for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
-          per_domain[slot.nvlink_ids[d]] +=
-              std::min<int64_t>(fit, __builtin_popcountll(slot.nvlink_masks[d]) / s.gpus);
-        }
-      }
-      cap.best_node = std::max(cap.best_node, fit);
-      cap.total = SaturatingAdd(cap.total, fit);
-      per_leaf[slot.leaf] = SaturatingAdd(per_leaf[slot.leaf], fit);
     }
-    for (const auto& [l, v] : per_leaf) cap.best_leaf = std::max(cap.best_leaf, v);
-    for (const auto& [d, v] : per_domain) cap.best_domain = std::max(cap.best_domain, v);
-    return cap;
+    int64_t best = 0;
+    for (const auto& [d, v] : per_domain) best = std::max(best, v);
+    return best;
   }
 
   // Why the job could not run even on an empty cluster; empty when it could. A gang
@@ -573,12 +688,24 @@ class Pass {
   std::unique_ptr<PreemptionCost> cost_;
   Decisions out_;
   std::vector<bool> victim_taken_;
-  std::vector<PassBind> bound_;   // gangs bound so far in this pass
-  Claims claimed_;                // busy GPUs earlier jobs of this pass count on
+  std::vector<PassBind> bound_;  // gangs bound so far in this pass
+  Claims claimed_;
+  int64_t version_ = 0;  // bumped whenever free capacity changes
+  std::unordered_map<std::string, std::pair<int64_t, std::string>> reasons_;
+  std::vector<NodeClass> classes_;
+  std::vector<int> class_of_;  // node -> class
+  bool classes_built_ = false;
+  bool shared_domains_ = false;   // some NVLink domain spans nodes                // busy GPUs
+                                  // earlier jobs of this pass count on
   std::vector<int> preemptible_;  // indices into running, ascending priority
-  std::unordered_set<std::string> misfit_;
+  // Shapes that did not fit, by (type, replicas, topology): any shape needing at
+  // least as much of everything will not fit either.
+  NeedsCache misfit_;
   std::unordered_set<std::string> backfill_misfit_;
-  std::unordered_set<std::string> no_victims_;
+  NeedsCache no_victims_;
+  std::vector<int> running_queue_;
+  std::vector<double> running_cost_;
+  std::vector<std::vector<std::pair<int32_t, uint64_t>>> running_gpus_;
   std::unordered_map<std::string, std::string> never_;
   int reservations_made_ = 0;
   JobId fifo_blocker_ = 0;
