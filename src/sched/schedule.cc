@@ -75,19 +75,6 @@ class Pass {
     style_ = *style;
     cost_ = std::move(cost).value();
     victim_taken_.assign(snapshot.running.size(), false);
-    // Per running job, once: its queue, its cost as a victim, its GPUs in index terms.
-    running_queue_.resize(snapshot.running.size());
-    running_cost_.resize(snapshot.running.size());
-    running_gpus_.resize(snapshot.running.size());
-    for (size_t i = 0; i < snapshot.running.size(); ++i) {
-      const RunningJob& v = snapshot.running[i];
-      running_queue_[i] = quota_.Find(v.tenant, v.queue);
-      running_cost_[i] = cost_ ? cost_->Cost(v, snapshot.now, policy) : 0;
-      for (const Placement& p : v.replicas) {
-        int n = index_.NodeByName(p.node);
-        if (n >= 0) running_gpus_[i].emplace_back(n, index_.MaskOf(n, p.gpus));
-      }
-    }
     // Jobs that may ever be victims in this pass, by ascending priority.
     for (size_t i = 0; i < snapshot.running.size(); ++i) {
       const RunningJob& v = snapshot.running[i];
@@ -286,6 +273,27 @@ class Pass {
     for (const auto& [n, mask] : p.replicas) claimed_[n] |= mask;
   }
 
+  // Per running job, once per pass and only when preemption is considered: its
+  // queue, its cost as a victim, its GPUs in index terms.
+  void EnsureRunningInfo() {
+    if (running_info_) return;
+    running_info_ = true;
+    const Snapshot& snapshot = snap_;
+    const Policy& policy = policy_;
+    running_queue_.resize(snapshot.running.size());
+    running_cost_.resize(snapshot.running.size());
+    running_gpus_.resize(snapshot.running.size());
+    for (size_t i = 0; i < snapshot.running.size(); ++i) {
+      const RunningJob& v = snapshot.running[i];
+      running_queue_[i] = quota_.Find(v.tenant, v.queue);
+      running_cost_[i] = cost_ ? cost_->Cost(v, snapshot.now, policy) : 0;
+      for (const Placement& p : v.replicas) {
+        int n = index_.NodeByName(p.node);
+        if (n >= 0) running_gpus_[i].emplace_back(n, index_.MaskOf(n, p.gpus));
+      }
+    }
+  }
+
   bool HoldsClaimed(size_t running) const {
     if (claimed_.empty()) return false;
     for (const auto& [n, mask] : running_gpus_[running]) {
@@ -350,6 +358,7 @@ class Pass {
                          [&](int i, int32_t p) { return snap_.running[i].priority < p; }) -
                      preemptible_.begin());
     if (scan == 0) return false;
+    EnsureRunningInfo();
     std::vector<Candidate> candidates;
     for (size_t k = 0; k < scan; ++k) {
       const size_t i = preemptible_[k];
@@ -703,6 +712,7 @@ class Pass {
   NeedsCache misfit_;
   std::unordered_set<std::string> backfill_misfit_;
   NeedsCache no_victims_;
+  bool running_info_ = false;
   std::vector<int> running_queue_;
   std::vector<double> running_cost_;
   std::vector<std::vector<std::pair<int32_t, uint64_t>>> running_gpus_;
