@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/sched_cmd.h"
+#include "cli/sim_cmd.h"
 #include "cli/validate.h"
 #include "cli/version.h"
 #include "core/names.h"
@@ -47,6 +48,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   ValidateOptions validate;
   AddValidateCommand(app, validate, exit_code, out, err);
   AddSchedCommand(app, exit_code, out, err);
+  AddSimCommand(app, exit_code, out, err);
   std::string version_output = "text";
   AddVersionCommand(app, version_output, exit_code, out);
 

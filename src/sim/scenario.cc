@@ -15,6 +15,9 @@ namespace {
 
 const std::vector<std::string_view> kTopFields = {"policy",           "nodes", "queues",
                                                   "priority_classes", "jobs",  "steps"};
+// A cluster file holds the cluster sections of a scenario and nothing else.
+const std::vector<std::string_view> kClusterFields = {"nodes", "queues", "priority_classes"};
+const std::vector<std::string_view> kScenarioOnlyFields = {"policy", "jobs", "steps"};
 const std::vector<std::string_view> kPolicyFields = {"ordering",     "placement",    "preemption",
                                                      "backfill",     "reservations", "min_runtime",
                                                      "restart_cost", "max_victims"};
@@ -88,6 +91,49 @@ class ScenarioReader {
  public:
   explicit ScenarioReader(std::string_view file) : file_(file) {}
 
+  // A cluster document: only the cluster sections; scenario-only keys get a hint.
+  void ReadCluster(const YAML::Node& root, ClusterSpec& c) {
+    if (!root.IsMap()) {
+      Error(root, "",
+            "a cluster file must be a map with nodes (and optionally queues and "
+            "priority_classes), got " +
+                KindName(root));
+      return;
+    }
+    for (const PriorityClass& p : DefaultPriorityClasses()) c.priority_classes.push_back(p);
+    for (const auto& kv : root) {
+      if (!kv.first.IsScalar()) continue;  // ForEachField reports it
+      const std::string& key = kv.first.Scalar();
+      if (std::find(kScenarioOnlyFields.begin(), kScenarioOnlyFields.end(), key) !=
+          kScenarioOnlyFields.end()) {
+        Error(kv.first, key,
+              "belongs in a scenario file, not a cluster file; a cluster file holds " +
+                  Join(kClusterFields) + " (jobs come from the trace)");
+      }
+    }
+    std::optional<YAML::Node> nodes, queues, classes;
+    ForEachField(
+        root, "", kClusterFields,
+        [&](const std::string& key, const YAML::Node& v) {
+          if (key == "nodes") {
+            nodes = v;
+          } else if (key == "queues") {
+            queues = v;
+          } else if (key == "priority_classes") {
+            classes = v;
+          }
+        },
+        kScenarioOnlyFields);
+    ReadClusterSections(root, nodes, queues, classes, "cluster", c.nodes, c.queues,
+                        c.priority_classes);
+    for (const Queue& q : c.queues) {
+      if (std::none_of(c.tenants.begin(), c.tenants.end(),
+                       [&](const Tenant& t) { return t.name == q.tenant; })) {
+        c.tenants.push_back(Tenant{q.tenant, ""});
+      }
+    }
+  }
+
   void Read(const YAML::Node& root, Scenario& sc) {
     if (!root.IsMap()) {
       Error(root, "", "a scenario must be a map with nodes, jobs and steps, got " + KindName(root));
@@ -112,13 +158,8 @@ class ScenarioReader {
     });
     // Order matters: jobs refer to nodes and classes, steps to jobs and nodes.
     if (policy) ReadPolicy(*policy, sc.policy);
-    if (nodes) {
-      ReadNodes(*nodes, sc.nodes);
-    } else {
-      Error(root, "nodes", "required: a scenario needs at least one node group");
-    }
-    if (queues) ReadQueues(*queues, sc.queues);
-    if (classes) ReadClasses(*classes, sc.priority_classes);
+    ReadClusterSections(root, nodes, queues, classes, "scenario", sc.nodes, sc.queues,
+                        sc.priority_classes);
     if (jobs) {
       ReadJobs(*jobs, sc);
     } else {
@@ -129,6 +170,21 @@ class ScenarioReader {
     } else {
       Error(root, "steps", "required: a scenario needs at least one step");
     }
+  }
+
+  // The sections a scenario and a cluster file share, with the same rules.
+  void ReadClusterSections(const YAML::Node& root, const std::optional<YAML::Node>& nodes,
+                           const std::optional<YAML::Node>& queues,
+                           const std::optional<YAML::Node>& classes, std::string_view what,
+                           std::vector<Node>& out_nodes, std::vector<Queue>& out_queues,
+                           std::vector<PriorityClass>& out_classes) {
+    if (nodes) {
+      ReadNodes(*nodes, out_nodes);
+    } else {
+      Error(root, "nodes", "required: a " + std::string(what) + " needs at least one node group");
+    }
+    if (queues) ReadQueues(*queues, out_queues);
+    if (classes) ReadClasses(*classes, out_classes);
   }
 
   void ErrorAtLine(int line, std::string field, std::string message) {
@@ -142,10 +198,12 @@ class ScenarioReader {
   }
 
   // Calls `fn(key, value)` for every known key of map `n`; unknown or repeated keys
-  // are errors, and `key: ` with no value counts as not given.
+  // are errors, and `key: ` with no value counts as not given. Keys in `ignored` are
+  // skipped without a word (the caller reports them).
   void ForEachField(const YAML::Node& n, const std::string& prefix,
                     const std::vector<std::string_view>& known,
-                    const std::function<void(const std::string&, const YAML::Node&)>& fn) {
+                    const std::function<void(const std::string&, const YAML::Node&)>& fn,
+                    const std::vector<std::string_view>& ignored = {}) {
     std::set<std::string> seen;
     for (const auto& kv : n) {
       const YAML::Node& k = kv.first;
@@ -154,6 +212,7 @@ class ScenarioReader {
         continue;
       }
       const std::string& key = k.Scalar();
+      if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
       const std::string path = prefix.empty() ? key : prefix + "." + key;
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         std::string msg = "unknown field";
@@ -847,41 +906,73 @@ const PriorityClass* Scenario::FindPriorityClass(std::string_view name) const {
 
 const std::vector<std::string_view>& ScenarioFieldNames() { return kTopFields; }
 
-ScenarioParseResult ParseScenario(std::string_view text, std::string_view file) {
-  ScenarioParseResult result;
-  ScenarioReader reader(file);
+namespace {
+
+// Checks the text itself (size, encoding, YAML syntax, exactly one document) and
+// hands the document to `read`; problems go to `reader`. `what` names the kind of
+// file in messages ("scenario"), `needs` what it must hold.
+void ReadOneDocument(std::string_view text, std::string_view what, std::string_view needs,
+                     ScenarioReader& reader, const std::function<void(const YAML::Node&)>& read) {
+  const std::string kind(what);
   if (text.size() > kMaxScenarioBytes) {
     reader.ErrorAtLine(0, "",
-                       "scenario is " + std::to_string(text.size()) + " bytes; at most " +
+                       kind + " is " + std::to_string(text.size()) + " bytes; at most " +
                            std::to_string(kMaxScenarioBytes) + " are accepted");
-  } else if (auto bad = FirstInvalidUtf8(text);
-             bad != std::string_view::npos || text.find('\0') != std::string_view::npos) {
+    return;
+  }
+  if (auto bad = FirstInvalidUtf8(text);
+      bad != std::string_view::npos || text.find('\0') != std::string_view::npos) {
     if (bad == std::string_view::npos) bad = text.find('\0');
     int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + bad, '\n'));
     reader.ErrorAtLine(
-        line, "", "scenario is not UTF-8 text (bad byte at offset " + std::to_string(bad) + ")");
-  } else {
-    Scenario sc;
-    sc.file = std::string(file);
-    try {
-      std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-      if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
-        reader.ErrorAtLine(0, "", "scenario is empty; it needs nodes, jobs and steps");
-      } else if (docs.size() > 1) {
-        reader.ErrorAtLine(
-            0, "",
-            "holds " + std::to_string(docs.size()) + " YAML documents; give one scenario per file");
-      } else {
-        reader.Read(docs[0], sc);
-      }
-    } catch (const YAML::Exception& e) {
-      reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + e.msg);
-    }
-    if (reader.errors().empty()) result.scenario = std::move(sc);
+        line, "", kind + " is not UTF-8 text (bad byte at offset " + std::to_string(bad) + ")");
+    return;
   }
-  result.errors = std::move(reader.errors());
-  std::stable_sort(result.errors.begin(), result.errors.end(),
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+      reader.ErrorAtLine(0, "", kind + " is empty; it needs " + std::string(needs));
+    } else if (docs.size() > 1) {
+      reader.ErrorAtLine(0, "",
+                         "holds " + std::to_string(docs.size()) + " YAML documents; give one " +
+                             kind + " per file");
+    } else {
+      read(docs[0]);
+    }
+  } catch (const YAML::Exception& e) {
+    reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + e.msg);
+  }
+}
+
+void SortByLine(std::vector<Diagnostic>& errors) {
+  std::stable_sort(errors.begin(), errors.end(),
                    [](const Diagnostic& a, const Diagnostic& b) { return a.line < b.line; });
+}
+
+}  // namespace
+
+ScenarioParseResult ParseScenario(std::string_view text, std::string_view file) {
+  ScenarioParseResult result;
+  ScenarioReader reader(file);
+  Scenario sc;
+  sc.file = std::string(file);
+  ReadOneDocument(text, "scenario", "nodes, jobs and steps", reader,
+                  [&](const YAML::Node& root) { reader.Read(root, sc); });
+  if (reader.errors().empty()) result.scenario = std::move(sc);
+  result.errors = std::move(reader.errors());
+  SortByLine(result.errors);
+  return result;
+}
+
+ClusterParseResult ParseClusterSections(std::string_view text, std::string_view file) {
+  ClusterParseResult result;
+  ScenarioReader reader(file);
+  ClusterSpec cluster;
+  ReadOneDocument(text, "cluster", "nodes", reader,
+                  [&](const YAML::Node& root) { reader.ReadCluster(root, cluster); });
+  if (reader.errors().empty()) result.cluster = std::move(cluster);
+  result.errors = std::move(reader.errors());
+  SortByLine(result.errors);
   return result;
 }
 

@@ -69,6 +69,7 @@
 #include "core/tenancy.h"
 #include "core/units.h"
 #include "sched/policy.h"
+#include "sim/trace.h"
 
 namespace trainyard::sim {
 
@@ -129,6 +130,18 @@ struct ScenarioParseResult {
 // Parses and checks a scenario document; `file` is used only in messages. Reports
 // every problem found, not just the first.
 ScenarioParseResult ParseScenario(std::string_view text, std::string_view file);
+
+// The cluster sections of a scenario (`nodes`, `queues`, `priority_classes`) as a
+// document of their own: the cluster file of the trace simulator (cluster.h's
+// ReadClusterYaml). The same reader and rules as ParseScenario; `policy`, `jobs` and
+// `steps` are errors that say they belong in a scenario, any other key an unknown
+// field. Tenants are those the queues name, in order of first mention.
+struct ClusterParseResult {
+  std::optional<ClusterSpec> cluster;  // set when there is no error
+  std::vector<Diagnostic> errors;
+  bool ok() const { return cluster.has_value(); }
+};
+ClusterParseResult ParseClusterSections(std::string_view text, std::string_view file);
 
 // The field names of each object, for hints and docs.
 const std::vector<std::string_view>& ScenarioFieldNames();

@@ -1,0 +1,776 @@
+#include "sim/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <random>
+#include <unordered_map>
+
+#include "core/names.h"
+#include "sched/schedule.h"
+
+namespace trainyard::sim {
+namespace {
+
+using std::chrono::duration_cast;
+
+constexpr int64_t kPodIdStride = 1 << 16;  // k8s-default: pod id = job id * stride + replica
+constexpr Duration kPodCreationGap{100};   // between a job's pods, as a controller makes them
+
+enum class Mode { kGang, kPods, kLas };
+
+struct PolicyEntry {
+  std::string_view name;
+  Mode mode;
+  sched::Policy policy;
+};
+
+std::vector<PolicyEntry> Policies() {
+  sched::Policy fifo;
+  fifo.ordering = "fifo";
+  fifo.backfill = false;
+  fifo.preemption = "none";
+  sched::Policy pods;
+  pods.ordering = "fifo";
+  pods.placement = "best-fit";
+  pods.preemption = "none";
+  pods.backfill = true;
+  pods.reservations = 0;
+  sched::Policy las;
+  las.ordering = "las";
+  sched::Policy best_fit;
+  best_fit.placement = "best-fit";
+  sched::Policy first_fit;
+  first_fit.placement = "first-fit";
+  return {
+      {"fifo", Mode::kGang, fifo},
+      {"k8s-default", Mode::kPods, pods},
+      {"trainyard", Mode::kGang, sched::Policy{}},
+      {"trainyard-las", Mode::kLas, las},
+      {"best-fit", Mode::kGang, best_fit},
+      {"first-fit", Mode::kGang, first_fit},
+  };
+}
+
+Result<PolicyEntry> FindPolicy(std::string_view name) {
+  std::vector<std::string_view> names;
+  for (const auto& p : Policies()) {
+    if (p.name == name) return p;
+    names.push_back(p.name);
+  }
+  std::string valid;
+  for (auto n : names) valid += (valid.empty() ? "" : ", ") + std::string(n);
+  std::string msg =
+      "policy: unknown simulator policy " + QuoteForMessage(name) + "; valid: " + valid;
+  if (std::string hint = ClosestMatch(name, names); !hint.empty())
+    msg += " (did you mean " + hint + "?)";
+  return InvalidArgument(msg);
+}
+
+enum class JobState { kFuture, kPending, kRunning, kPreempting, kDone, kRejected };
+
+struct SimJob {
+  const TraceJob* trace = nullptr;
+  JobId id = 0;
+  JobState state = JobState::kFuture;
+  Duration submit{0};
+  int64_t gpus = 0;  // per replica
+  int32_t priority = 0;
+  bool preemptible = true;
+  Duration checkpoint_interval{0};
+  // Progress: work kept (as of the last checkpoint), and the current attempt.
+  Duration saved{0};
+  Duration attempt_start{0};    // when this attempt's GPUs were taken
+  Duration productive_from{0};  // attempt_start + restart overhead
+  int64_t attempt = 0;          // increments per start; stale events carry old values
+  std::vector<sched::Placement> placements;
+  // k8s-default: replicas placed so far (each holds its GPUs as a running entry).
+  struct Pod {
+    JobId id;
+    sched::Placement placement;
+    Duration since;
+  };
+  std::vector<Pod> pods;
+  JobRecord record;
+};
+
+struct Event {
+  enum Kind { kCompletion, kPreemptExit, kNodeFail, kNodeRepair, kTick } kind;
+  Duration time;
+  int64_t seq;
+  int64_t subject;  // job index or node index
+  int64_t attempt;  // for job events: the attempt it belongs to
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double rank = p * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(rank));
+  size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+class Simulator {
+ public:
+  Simulator(const Trace& trace, const ClusterSpec& cluster, const SimOptions& options,
+            PolicyEntry policy)
+      : trace_(trace),
+        cluster_(cluster),
+        opt_(options),
+        entry_(std::move(policy)),
+        rng_(options.seed) {}
+
+  Result<SimResult> Run() {
+    Setup();
+    while (true) {
+      Duration next = NextTime();
+      if (next == kNever) break;
+      Advance(next);
+      // Everything that happens at this instant, then at most one pass.
+      while (next_arrival_ < jobs_.size() && jobs_[order_[next_arrival_]].submit == now_) {
+        Arrive(order_[next_arrival_++]);
+      }
+      while (!events_.empty() && events_.top().time == now_) {
+        Event e = events_.top();
+        events_.pop();
+        Handle(e);
+      }
+      if (dirty_) {
+        if (now_ >= next_pass_) {
+          Pass();
+        } else if (!tick_pending_) {
+          Push(Event::kTick, next_pass_, 0, 0);
+          tick_pending_ = true;
+        }
+      }
+      if (opt_.progress && ++progress_counter_ % 4096 == 0) opt_.progress(now_, trace_end_);
+    }
+    return Finish();
+  }
+
+ private:
+  static constexpr Duration kNever = Duration::max();
+
+  void Setup() {
+    snap_.nodes = cluster_.nodes;
+    snap_.queues = cluster_.queues;
+    std::map<std::string, PriorityClass> classes;
+    for (const auto& pc : DefaultPriorityClasses()) classes[pc.name] = pc;
+    for (const auto& pc : cluster_.priority_classes) classes[pc.name] = pc;
+    for (const Node& n : cluster_.nodes) total_gpus_ += static_cast<int64_t>(n.gpus.size());
+    node_index_.reserve(cluster_.nodes.size());
+    for (size_t i = 0; i < cluster_.nodes.size(); ++i) node_index_[cluster_.nodes[i].name] = i;
+    node_jobs_.resize(cluster_.nodes.size());
+
+    jobs_.resize(trace_.jobs.size());
+    const double lf = opt_.load_factor > 0 ? opt_.load_factor : 1.0;
+    for (size_t i = 0; i < trace_.jobs.size(); ++i) {
+      const TraceJob& t = trace_.jobs[i];
+      SimJob& j = jobs_[i];
+      j.trace = &t;
+      j.id = static_cast<JobId>(i + 1);
+      j.submit = Duration(static_cast<int64_t>(static_cast<double>(t.submit.count()) / lf));
+      j.gpus = t.gpus_per_replica > 0 ? t.gpus_per_replica : (t.gpu_milli > 0 ? 1 : 0);
+      auto pc = classes.find(t.priority_class);
+      j.priority = pc != classes.end() ? pc->second.value : 100;
+      j.preemptible = pc != classes.end() ? pc->second.preemptible : true;
+      j.checkpoint_interval = t.checkpoint_interval.count() > 0 ? t.checkpoint_interval
+                                                                : opt_.default_checkpoint_interval;
+      j.record.id = t.id;
+      j.record.tenant = t.tenant;
+      j.record.gpus = j.gpus * t.replicas;
+      j.record.submit = j.submit;
+      trace_end_ = std::max(trace_end_, j.submit);
+    }
+    order_.resize(jobs_.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](size_t a, size_t b) { return jobs_[a].submit < jobs_[b].submit; });
+    if (opt_.gpu_mtbf_hours > 0) {
+      for (size_t n = 0; n < cluster_.nodes.size(); ++n) ScheduleFailure(n, Duration(0));
+    }
+    sample_every_ = opt_.sample_interval.count() > 0
+                        ? opt_.sample_interval
+                        : std::max(Duration(60'000), Duration(trace_end_.count() / 2000 + 1));
+  }
+
+  Duration NextTime() const {
+    // Done when nothing more can happen: no arrivals left, nothing running, every
+    // node up, no pass due. Jobs still pending then can never start (deadlocked or
+    // starved); node failures alone would go on forever.
+    if (next_arrival_ >= jobs_.size() && running_jobs_ == 0 && down_gpus_ == 0 && !dirty_) {
+      return kNever;
+    }
+    Duration t = kNever;
+    if (next_arrival_ < jobs_.size()) t = jobs_[order_[next_arrival_]].submit;
+    if (!events_.empty()) t = std::min(t, events_.top().time);
+    return t;
+  }
+
+  // Moves the clock, integrating utilisation and idle capacity over the interval.
+  void Advance(Duration to) {
+    if (to < now_) to = now_;
+    const double dt = Seconds(to - now_);
+    if (dt > 0) {
+      const double allocated = static_cast<double>(allocated_gpus_);
+      allocated_gpu_s_ += allocated * dt;
+      if (pending_count_ > 0) {
+        idle_waiting_gpu_s_ += static_cast<double>(ready_gpus() - allocated_gpus_) * dt;
+      }
+      while (next_sample_ <= to) {
+        series_.push_back({next_sample_,
+                           total_gpus_ ? allocated / static_cast<double>(total_gpus_) : 0,
+                           pending_count_});
+        next_sample_ += sample_every_;
+      }
+    }
+    now_ = to;
+  }
+
+  int64_t ready_gpus() const { return total_gpus_ - down_gpus_; }
+
+  void Push(Event::Kind kind, Duration time, int64_t subject, int64_t attempt) {
+    events_.push(Event{kind, time, seq_++, subject, attempt});
+    ++event_count_;
+  }
+
+  void ScheduleFailure(size_t n, Duration after) {
+    const double gpus = static_cast<double>(std::max<size_t>(cluster_.nodes[n].gpus.size(), 1));
+    std::exponential_distribution<double> d(gpus / (opt_.gpu_mtbf_hours * 3600.0));
+    Duration when = after + Duration(static_cast<int64_t>(d(rng_) * 1000.0) + 1);
+    Push(Event::kNodeFail, when, static_cast<int64_t>(n), 0);
+  }
+
+  // --- job lifecycle ------------------------------------------------------------------
+
+  void Arrive(size_t i) {
+    SimJob& j = jobs_[i];
+    ++event_count_;
+    j.state = JobState::kPending;
+    AddPending(i);
+  }
+
+  sched::PendingJob MakePending(const SimJob& j, int replicas, JobId id) const {
+    const TraceJob& t = *j.trace;
+    sched::PendingJob p;
+    p.id = id;
+    p.name = t.id;
+    p.tenant = t.tenant;
+    p.queue = t.queue;
+    p.priority = j.priority;
+    p.preemptible = j.preemptible;
+    p.replicas = replicas;
+    p.min_replicas = replicas;
+    p.per_replica.gpus = j.gpus;
+    p.per_replica.gpu_type = t.gpu_type;
+    p.per_replica.milli_cpus = t.milli_cpus;
+    p.per_replica.memory_bytes = t.memory_bytes;
+    p.topology = t.topology;
+    p.submit_time = Timestamp(j.submit);
+    p.eligible_time = Timestamp(j.submit);
+    p.time_limit = t.time_limit;
+    p.attained_service = Duration(j.saved.count() * std::max<int64_t>(j.gpus * t.replicas, 1));
+    return p;
+  }
+
+  void AddPending(size_t i) {
+    SimJob& j = jobs_[i];
+    ++pending_count_;
+    dirty_ = true;
+    if (entry_.mode == Mode::kPods) {
+      // A job controller creates pods one after another; pods of jobs submitted
+      // together interleave in the scheduling queue (ordered by creation time).
+      for (int r = 0; r < j.trace->replicas; ++r) {
+        sched::PendingJob pod = MakePending(j, 1, j.id * kPodIdStride + r);
+        pod.submit_time += kPodCreationGap * r;
+        InsertPending(std::move(pod), i);
+      }
+      return;
+    }
+    sched::PendingJob p = MakePending(j, j.trace->replicas, j.id);
+    if (entry_.mode == Mode::kLas) p.priority = LasPriority(p.attained_service);
+    InsertPending(std::move(p), i);
+  }
+
+  // LAS: less attained service, higher priority; coarse levels (as the ordering).
+  static int32_t LasPriority(Duration attained) {
+    const int64_t ms = attained.count();
+    if (ms < 3'600'000) return 300;
+    if (ms < 16 * 3'600'000) return 200;
+    return 100;
+  }
+
+  void InsertPending(sched::PendingJob p, size_t job) {
+    pending_pos_[p.id] = snap_.pending.size();
+    pending_owner_[p.id] = job;
+    snap_.pending.push_back(std::move(p));
+  }
+
+  void RemovePending(JobId id) {
+    auto it = pending_pos_.find(id);
+    if (it == pending_pos_.end()) return;
+    size_t pos = it->second;
+    pending_pos_.erase(it);
+    pending_owner_.erase(id);
+    if (pos + 1 != snap_.pending.size()) {
+      snap_.pending[pos] = std::move(snap_.pending.back());
+      pending_pos_[snap_.pending[pos].id] = pos;
+    }
+    snap_.pending.pop_back();
+  }
+
+  void InsertRunning(sched::RunningJob r, size_t job) {
+    running_pos_[r.id] = snap_.running.size();
+    running_owner_[r.id] = job;
+    for (const auto& p : r.replicas) {
+      allocated_gpus_ += static_cast<int64_t>(p.gpus.size());
+      auto n = node_index_.find(p.node);
+      if (n != node_index_.end()) node_jobs_[n->second].push_back(r.id);
+    }
+    snap_.running.push_back(std::move(r));
+  }
+
+  void RemoveRunning(JobId id) {
+    auto it = running_pos_.find(id);
+    if (it == running_pos_.end()) return;
+    size_t pos = it->second;
+    for (const auto& p : snap_.running[pos].replicas) {
+      allocated_gpus_ -= static_cast<int64_t>(p.gpus.size());
+      auto n = node_index_.find(p.node);
+      if (n != node_index_.end()) {
+        auto& v = node_jobs_[n->second];
+        v.erase(std::remove(v.begin(), v.end(), id), v.end());
+      }
+    }
+    running_pos_.erase(it);
+    running_owner_.erase(id);
+    if (pos + 1 != snap_.running.size()) {
+      snap_.running[pos] = std::move(snap_.running.back());
+      running_pos_[snap_.running[pos].id] = pos;
+    }
+    snap_.running.pop_back();
+  }
+
+  sched::RunningJob* Running(JobId id) {
+    auto it = running_pos_.find(id);
+    return it == running_pos_.end() ? nullptr : &snap_.running[it->second];
+  }
+
+  // The job's whole gang is placed: it starts now.
+  void Start(size_t i, std::vector<sched::Placement> placements) {
+    SimJob& j = jobs_[i];
+    --pending_count_;
+    j.state = JobState::kRunning;
+    ++running_jobs_;
+    j.placements = std::move(placements);
+    j.attempt_start = now_;
+    j.productive_from = now_ + (j.record.starts > 0 ? opt_.restart_overhead : Duration(0));
+    ++j.attempt;
+    ++j.record.starts;
+    if (j.record.first_start.count() < 0) j.record.first_start = now_;
+    const Duration remaining = j.trace->duration - j.saved;
+    Push(Event::kCompletion, j.productive_from + std::max(remaining, Duration(0)),
+         static_cast<int64_t>(i), j.attempt);
+    if (entry_.mode == Mode::kPods) return;  // pods are already in the running list
+    sched::RunningJob r;
+    r.id = j.id;
+    r.tenant = j.trace->tenant;
+    r.queue = j.trace->queue;
+    r.priority = entry_.mode == Mode::kLas ? LasPriority(Attained(j)) : j.priority;
+    r.preemptible = j.preemptible;
+    r.per_replica.gpus = j.gpus;
+    r.per_replica.gpu_type = j.trace->gpu_type;
+    r.per_replica.milli_cpus = j.trace->milli_cpus;
+    r.per_replica.memory_bytes = j.trace->memory_bytes;
+    r.replicas = j.placements;
+    r.start_time = Timestamp(now_);
+    r.time_limit = j.trace->time_limit;
+    InsertRunning(std::move(r), i);
+  }
+
+  Duration Progress(const SimJob& j) const {
+    return j.saved + std::max(Duration(0), now_ - j.productive_from);
+  }
+  Duration LastCheckpointProgress(const SimJob& j) const {
+    Duration ran = std::max(Duration(0), now_ - j.productive_from);
+    if (j.checkpoint_interval.count() <= 0) return j.saved;
+    return j.saved +
+           Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
+  }
+  Duration Attained(const SimJob& j) const {
+    return Duration(Progress(j).count() * std::max<int64_t>(j.gpus * j.trace->replicas, 1));
+  }
+  int64_t JobGpus(const SimJob& j) const {
+    int64_t g = 0;
+    for (const auto& p : j.placements) g += static_cast<int64_t>(p.gpus.size());
+    return g;
+  }
+
+  // Ends the running attempt: done, or interrupted (back to pending).
+  void EndAttempt(size_t i, bool done, bool failure) {
+    SimJob& j = jobs_[i];
+    const int64_t gpus = JobGpus(j);
+    --running_jobs_;
+    const Duration held = now_ - j.attempt_start;
+    j.record.run_gpu_time += Duration(held.count() * gpus);
+    if (done) {
+      j.record.useful_gpu_time += Duration((j.trace->duration - j.saved).count() * gpus);
+      j.saved = j.trace->duration;
+      j.state = JobState::kDone;
+      j.record.end = now_;
+    } else {
+      const Duration kept = LastCheckpointProgress(j);
+      j.record.useful_gpu_time += Duration((kept - j.saved).count() * gpus);
+      j.record.lost_work += Duration((Progress(j) - kept).count() * gpus);
+      j.saved = kept;
+      (failure ? j.record.failures : j.record.preemptions) += 1;
+      if (!failure) ++preemptions_;
+    }
+    ++j.attempt;
+    if (entry_.mode == Mode::kPods) {
+      for (const auto& pod : j.pods) RemoveRunning(pod.id);
+      j.pods.clear();
+    } else {
+      RemoveRunning(j.id);
+    }
+    j.placements.clear();
+    dirty_ = true;
+    if (!done) {
+      j.state = JobState::kPending;
+      AddPending(i);
+    }
+  }
+
+  void Handle(const Event& e) {
+    switch (e.kind) {
+      case Event::kTick:
+        tick_pending_ = false;
+        break;
+      case Event::kCompletion: {
+        SimJob& j = jobs_[e.subject];
+        if (j.attempt != e.attempt || j.state == JobState::kDone) break;
+        if (j.state != JobState::kRunning && j.state != JobState::kPreempting) break;
+        EndAttempt(static_cast<size_t>(e.subject), true, false);
+        break;
+      }
+      case Event::kPreemptExit: {
+        SimJob& j = jobs_[e.subject];
+        if (j.attempt != e.attempt || j.state != JobState::kPreempting) break;
+        EndAttempt(static_cast<size_t>(e.subject), false, false);
+        break;
+      }
+      case Event::kNodeFail: {
+        const size_t n = static_cast<size_t>(e.subject);
+        if (snap_.nodes[n].state == NodeState::kNotReady) break;
+        snap_.nodes[n].state = NodeState::kNotReady;
+        down_gpus_ += static_cast<int64_t>(snap_.nodes[n].gpus.size());
+        std::vector<JobId> victims = node_jobs_[n];
+        std::vector<size_t> owners;
+        for (JobId id : victims) {
+          auto it = running_owner_.find(id);
+          if (it != running_owner_.end()) owners.push_back(it->second);
+        }
+        std::sort(owners.begin(), owners.end());
+        owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+        for (size_t i : owners) {
+          SimJob& j = jobs_[i];
+          if (j.state == JobState::kRunning || j.state == JobState::kPreempting) {
+            EndAttempt(i, false, true);
+          } else if (entry_.mode == Mode::kPods && j.state == JobState::kPending) {
+            ReleasePods(i);  // placed pods of a job that never started
+          }
+        }
+        Push(Event::kNodeRepair, now_ + opt_.node_repair, e.subject, 0);
+        dirty_ = true;
+        break;
+      }
+      case Event::kNodeRepair: {
+        const size_t n = static_cast<size_t>(e.subject);
+        if (snap_.nodes[n].state != NodeState::kNotReady) break;
+        snap_.nodes[n].state = cluster_.nodes[n].state;
+        down_gpus_ -= static_cast<int64_t>(snap_.nodes[n].gpus.size());
+        ScheduleFailure(n, now_);
+        dirty_ = true;
+        break;
+      }
+    }
+  }
+
+  // k8s-default: a job whose pods are placed but which never started loses them.
+  void ReleasePods(size_t i) {
+    SimJob& j = jobs_[i];
+    for (const auto& pod : j.pods) {
+      j.record.held_idle_gpu_time +=
+          Duration((now_ - pod.since).count() * static_cast<int64_t>(pod.placement.gpus.size()));
+      RemoveRunning(pod.id);
+    }
+    j.pods.clear();
+    RemovePendingPods(i);
+    --pending_count_;
+    AddPending(i);
+  }
+
+  void RemovePendingPods(size_t i) {
+    const SimJob& j = jobs_[i];
+    for (int r = 0; r < j.trace->replicas; ++r) RemovePending(j.id * kPodIdStride + r);
+  }
+
+  // --- scheduling ---------------------------------------------------------------------
+
+  void Pass() {
+    dirty_ = false;
+    next_pass_ = now_ + opt_.schedule_interval;
+    if (snap_.pending.empty()) return;
+    snap_.now = Timestamp(now_);
+    if (entry_.mode == Mode::kLas) {
+      for (auto& r : snap_.running) {
+        auto it = running_owner_.find(r.id);
+        if (it != running_owner_.end()) r.priority = LasPriority(Attained(jobs_[it->second]));
+      }
+    }
+    for (auto& r : snap_.running) {
+      auto it = running_owner_.find(r.id);
+      if (it == running_owner_.end() || entry_.mode == Mode::kPods) continue;
+      const SimJob& j = jobs_[it->second];
+      if (j.checkpoint_interval.count() > 0 && now_ > j.productive_from) {
+        Duration ran = now_ - j.productive_from;
+        Duration k =
+            Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
+        if (k.count() > 0) r.last_checkpoint = Timestamp(j.productive_from + k);
+      }
+    }
+    ++passes_;
+    sched::Decisions d = sched::Schedule(snap_, entry_.policy);
+    for (const auto& b : d.binds) ApplyBind(b);
+    for (const auto& p : d.preemptions) ApplyPreempt(p);
+    for (const auto& inf : d.infeasible) ApplyInfeasible(inf.job);
+  }
+
+  void ApplyBind(const sched::Bind& b) {
+    auto owner = pending_owner_.find(b.job);
+    if (owner == pending_owner_.end()) return;
+    const size_t i = owner->second;
+    SimJob& j = jobs_[i];
+    RemovePending(b.job);
+    if (entry_.mode != Mode::kPods) {
+      Start(i, b.replicas);
+      return;
+    }
+    // A pod: it holds its GPUs from now on, as a running entry of its own.
+    for (const auto& placement : b.replicas) {
+      sched::RunningJob r;
+      r.id = b.job;
+      r.tenant = j.trace->tenant;
+      r.queue = j.trace->queue;
+      r.priority = j.priority;
+      r.preemptible = false;
+      r.per_replica.gpus = j.gpus;
+      r.per_replica.milli_cpus = j.trace->milli_cpus;
+      r.per_replica.memory_bytes = j.trace->memory_bytes;
+      r.replicas = {placement};
+      r.start_time = Timestamp(now_);
+      j.pods.push_back({b.job, placement, now_});
+      InsertRunning(std::move(r), i);
+    }
+    if (static_cast<int>(j.pods.size()) == j.trace->replicas) {
+      std::vector<sched::Placement> all;
+      for (const auto& pod : j.pods) {
+        j.record.held_idle_gpu_time +=
+            Duration((now_ - pod.since).count() * static_cast<int64_t>(pod.placement.gpus.size()));
+        all.push_back(pod.placement);
+      }
+      Start(i, all);
+    }
+  }
+
+  void ApplyPreempt(const sched::Preempt& p) {
+    auto owner = running_owner_.find(p.job);
+    if (owner == running_owner_.end()) return;
+    SimJob& j = jobs_[owner->second];
+    if (j.state != JobState::kRunning) return;
+    j.state = JobState::kPreempting;
+    if (auto* r = Running(p.job)) r->preempting = true;
+    Push(Event::kPreemptExit, now_ + opt_.preempt_grace, static_cast<int64_t>(owner->second),
+         j.attempt);
+  }
+
+  void ApplyInfeasible(JobId id) {
+    auto owner = pending_owner_.find(id);
+    if (owner == pending_owner_.end()) return;
+    const size_t i = owner->second;
+    SimJob& j = jobs_[i];
+    if (entry_.mode == Mode::kPods) {
+      RemovePendingPods(i);
+    } else {
+      RemovePending(id);
+    }
+    if (j.state == JobState::kPending) {
+      j.state = JobState::kRejected;
+      --pending_count_;
+    }
+  }
+
+  // --- results --------------------------------------------------------------------------
+
+  Result<SimResult> Finish() {
+    Advance(now_);
+    SimResult out;
+    SimSummary& s = out.summary;
+    s.policy = std::string(entry_.name);
+    s.jobs = static_cast<int64_t>(jobs_.size());
+    std::vector<double> jct, queue;
+    Duration first_submit = jobs_.empty() ? Duration(0) : jobs_[order_.front()].submit;
+    Duration last_end = first_submit;
+    double useful = 0, run = 0, lost = 0;
+    std::map<std::string, double> tenant_gpu_s;
+    for (SimJob& j : jobs_) {
+      // A k8s-default job still holding pods at the end held them idle until now.
+      for (const auto& pod : j.pods) {
+        j.record.held_idle_gpu_time +=
+            Duration((now_ - pod.since).count() * static_cast<int64_t>(pod.placement.gpus.size()));
+      }
+      const JobRecord& r = j.record;
+      if (r.end.count() >= 0) {
+        ++s.completed;
+        jct.push_back(Seconds(r.end - r.submit));
+        last_end = std::max(last_end, r.end);
+      }
+      if (r.first_start.count() >= 0) {
+        queue.push_back(Seconds(r.first_start - r.submit));
+      } else {
+        ++s.never_started;
+      }
+      useful += Seconds(r.useful_gpu_time);
+      run += Seconds(r.run_gpu_time) + Seconds(r.held_idle_gpu_time);
+      lost += Seconds(r.lost_work);
+      tenant_gpu_s[r.tenant] += Seconds(r.run_gpu_time);
+      out.jobs.push_back(r);
+    }
+    s.makespan_s = Seconds(std::max(last_end, now_) - first_submit);
+    double sum = 0;
+    for (double v : jct) sum += v;
+    s.avg_jct_s = jct.empty() ? 0 : sum / static_cast<double>(jct.size());
+    s.p50_jct_s = Percentile(jct, 0.50);
+    s.p95_jct_s = Percentile(jct, 0.95);
+    s.p99_jct_s = Percentile(jct, 0.99);
+    sum = 0;
+    for (double v : queue) sum += v;
+    s.avg_queue_s = queue.empty() ? 0 : sum / static_cast<double>(queue.size());
+    s.p99_queue_s = Percentile(queue, 0.99);
+    const double capacity = static_cast<double>(total_gpus_) * s.makespan_s;
+    s.gpu_util = capacity > 0 ? allocated_gpu_s_ / capacity : 0;
+    s.unallocated_gpu_hours_waiting = idle_waiting_gpu_s_ / 3600.0;
+    s.preemptions = preemptions_;
+    s.lost_gpu_hours = lost / 3600.0;
+    s.ettr = run > 0 ? useful / run : 0;
+    // Fairness: each tenant's share of GPU-time relative to its guarantee (or to an
+    // equal split without quotas); Jain's index over those ratios.
+    std::map<std::string, double> guarantee;
+    int64_t guaranteed_total = 0;
+    for (const Queue& q : cluster_.queues) guaranteed_total += q.guaranteed_gpus;
+    for (const Queue& q : cluster_.queues) {
+      if (guaranteed_total > 0)
+        guarantee[q.tenant] +=
+            static_cast<double>(q.guaranteed_gpus) / static_cast<double>(guaranteed_total);
+    }
+    double total_gpu_s = 0;
+    for (const auto& [t, v] : tenant_gpu_s) total_gpu_s += v;
+    double sx = 0, sxx = 0;
+    const double n = static_cast<double>(tenant_gpu_s.size());
+    for (const auto& [t, v] : tenant_gpu_s) {
+      TenantShare ts{t, total_gpu_s > 0 ? v / total_gpu_s : 0,
+                     guarantee.count(t) ? guarantee[t] : 0};
+      double fair = guaranteed_total > 0 ? ts.guarantee : 1.0 / n;
+      double x = fair > 0 ? ts.share / fair : 0;
+      sx += x;
+      sxx += x * x;
+      s.tenants.push_back(ts);
+    }
+    s.jain_fairness = sxx > 0 ? (sx * sx) / (n * sxx) : 1.0;
+    s.events = event_count_;
+    s.passes = passes_;
+    out.series = std::move(series_);
+    return out;
+  }
+
+  const Trace& trace_;
+  const ClusterSpec& cluster_;
+  const SimOptions& opt_;
+  PolicyEntry entry_;
+  std::mt19937_64 rng_;
+
+  sched::Snapshot snap_;
+  std::vector<SimJob> jobs_;
+  std::vector<size_t> order_;  // job indices by submit time
+  size_t next_arrival_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  int64_t seq_ = 0;
+  Duration now_{0};
+  Duration next_pass_{0};
+  bool dirty_ = false;
+  bool tick_pending_ = false;
+  Duration trace_end_{0};
+  uint64_t progress_counter_ = 0;
+
+  std::unordered_map<JobId, size_t> pending_pos_, running_pos_;
+  std::unordered_map<JobId, size_t> pending_owner_, running_owner_;
+  std::unordered_map<std::string, size_t> node_index_;
+  std::vector<std::vector<JobId>> node_jobs_;
+
+  int64_t total_gpus_ = 0;
+  int64_t down_gpus_ = 0;
+  int64_t allocated_gpus_ = 0;
+  int64_t pending_count_ = 0;  // jobs (not pods) waiting
+  int64_t running_jobs_ = 0;   // started and not yet ended
+  double allocated_gpu_s_ = 0;
+  double idle_waiting_gpu_s_ = 0;
+  int64_t preemptions_ = 0;
+  int64_t event_count_ = 0;
+  int64_t passes_ = 0;
+  Duration sample_every_{60'000};
+  Duration next_sample_{0};
+  std::vector<SeriesPoint> series_;
+};
+
+}  // namespace
+
+std::vector<std::string_view> PolicyNames() {
+  std::vector<std::string_view> out;
+  for (const auto& p : Policies()) out.push_back(p.name);
+  return out;
+}
+
+Result<sched::Policy> PolicyFor(std::string_view name) {
+  TY_ASSIGN_OR_RETURN(PolicyEntry e, FindPolicy(name));
+  return e.policy;
+}
+
+Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
+                           const SimOptions& options) {
+  TY_ASSIGN_OR_RETURN(PolicyEntry entry, FindPolicy(options.policy));
+  if (!(options.load_factor > 0) || !std::isfinite(options.load_factor)) {
+    return InvalidArgument("load_factor: must be a number > 0, got " +
+                           std::to_string(options.load_factor));
+  }
+  if (options.schedule_interval.count() <= 0) {
+    return InvalidArgument("schedule_interval: must be > 0");
+  }
+  if (options.gpu_mtbf_hours < 0 || !std::isfinite(options.gpu_mtbf_hours)) {
+    return InvalidArgument("gpu_mtbf_hours: must be >= 0");
+  }
+  if (cluster.nodes.empty()) return InvalidArgument("cluster: has no nodes");
+  for (const TraceJob& j : trace.jobs) {
+    if (j.replicas < 1 || j.gpus_per_replica < 0 || j.duration.count() < 0) {
+      return InvalidArgument("trace job " + j.id +
+                             ": replicas must be >= 1 and gpus and duration >= 0");
+    }
+  }
+  return Simulator(trace, cluster, options, std::move(entry)).Run();
+}
+
+}  // namespace trainyard::sim

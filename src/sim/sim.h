@@ -1,0 +1,123 @@
+// The trace-driven simulator: replays a Trace on a ClusterSpec through the very same
+// sched::Schedule the server runs, on a virtual clock, and measures what happens.
+//
+// Discrete events: arrivals (submit times divided by the load factor), completions,
+// preempted jobs leaving after their grace period, and (optionally) GPU failures
+// drawn from a per-GPU MTBF. Scheduling passes run at most once per
+// `schedule_interval` of virtual time, when something changed, like a real
+// scheduler loop. The snapshot is kept up to date incrementally between passes.
+//
+// Work and checkpoints: a job needs `duration` of running time. While it runs it
+// completes a checkpoint every checkpoint interval; when it is preempted or its
+// node fails, the work since its last checkpoint is lost (lost GPU-time = GPUs x
+// that time) and it resumes later from the checkpoint, after a restart overhead.
+//
+// Named policies (PolicyNames()):
+//   fifo           strict FIFO gangs, no backfill, no preemption (YARN-CS-like)
+//   k8s-default    pod by pod, no gangs: each replica is placed on its own as soon
+//                  as it fits and holds its GPUs until all of its job's replicas
+//                  are placed; only then does the job run (plain kube-scheduler)
+//   trainyard      the default policy: gangs, quotas, priority, preemption by least
+//                  lost work, EASY backfill with reservations, topology placement
+//   trainyard-las  least attained service first (Tiresias-style levels), with
+//                  checkpoint-aware preemption of jobs that have had more service
+//   best-fit, first-fit   trainyard with that placement style
+//
+// Deterministic: the same trace, cluster, options and seed give the same result.
+// Thread-safety: Simulate is a pure function of its arguments.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "sched/policy.h"
+#include "sim/trace.h"
+
+namespace trainyard::sim {
+
+struct SimOptions {
+  std::string policy = "trainyard";
+  double load_factor = 1.0;                         // > 1 compresses inter-arrival times
+  Duration schedule_interval{10'000};               // at most one pass per interval
+  Duration default_checkpoint_interval{1'800'000};  // for jobs whose trace has none
+  Duration restart_overhead{60'000};                // per (re)start after preemption or failure
+  Duration preempt_grace{60'000};                   // a preempted job keeps its GPUs this long
+  double gpu_mtbf_hours = 0;                        // per-GPU mean time between failures; 0: none
+  Duration node_repair{3'600'000};                  // a failed node comes back after this
+  uint64_t seed = 1;
+  Duration sample_interval{0};  // time series resolution; 0: automatic
+  // Called now and then with (virtual time reached, trace end estimate), for a
+  // progress bar. May be empty.
+  std::function<void(Duration, Duration)> progress;
+};
+
+struct JobRecord {
+  std::string id;
+  std::string tenant;
+  int64_t gpus = 0;  // at full size
+  Duration submit{0};
+  Duration first_start{-1};  // -1: never started
+  Duration end{-1};          // -1: not finished when the simulation stopped
+  int32_t starts = 0;
+  int32_t preemptions = 0;
+  int32_t failures = 0;
+  Duration lost_work{0};        // GPU-time lost, summed over interruptions
+  Duration run_gpu_time{0};     // GPU-time allocated while running
+  Duration useful_gpu_time{0};  // GPU-time of work kept (= gpus x duration when done)
+  Duration held_idle_gpu_time{
+      0};  // k8s-default: GPU-time held by placed pods of a job not yet running
+};
+
+struct SeriesPoint {
+  Duration t{0};
+  double gpu_util = 0;  // allocated GPUs / all GPUs
+  int64_t pending = 0;  // jobs waiting
+};
+
+struct TenantShare {
+  std::string tenant;
+  double share = 0;      // of allocated GPU-time
+  double guarantee = 0;  // guaranteed GPUs / all GPUs (0 without quotas)
+};
+
+struct SimSummary {
+  std::string policy;
+  int64_t jobs = 0;
+  int64_t completed = 0;
+  double avg_jct_s = 0, p50_jct_s = 0, p95_jct_s = 0, p99_jct_s = 0;
+  double avg_queue_s = 0, p99_queue_s = 0;
+  double makespan_s = 0;
+  double gpu_util = 0;  // allocated GPU-time / capacity-time, over the makespan
+  double unallocated_gpu_hours_waiting = 0;  // free GPU-hours while some job waited
+  int64_t preemptions = 0;
+  double lost_gpu_hours = 0;
+  double ettr = 0;  // useful GPU-time / allocated GPU-time
+  int64_t never_started = 0;
+  double jain_fairness = 0;  // over tenants' shares relative to their guarantees (or equal)
+  std::vector<TenantShare> tenants;
+  // Cost of the run itself: events and passes counted here; wall time and memory
+  // are measured and filled in by the caller (this function reads no clock).
+  int64_t events = 0;
+  int64_t passes = 0;
+  double wall_s = 0;
+  int64_t peak_rss_kib = 0;
+};
+
+struct SimResult {
+  SimSummary summary;
+  std::vector<JobRecord> jobs;
+  std::vector<SeriesPoint> series;
+};
+
+std::vector<std::string_view> PolicyNames();
+// The scheduler policy behind a simulator policy name; error lists valid names.
+Result<sched::Policy> PolicyFor(std::string_view name);
+
+Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
+                           const SimOptions& options);
+
+}  // namespace trainyard::sim

@@ -1,0 +1,133 @@
+#include "sim/sim.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace trainyard::sim {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::minutes;
+using std::chrono::seconds;
+
+ClusterSpec Cluster(int nodes, int gpus) {
+  ClusterSpec c;
+  for (int i = 0; i < nodes; ++i) {
+    Node n;
+    n.name = "n" + std::to_string(i);
+    for (int g = 0; g < gpus; ++g) n.gpus.push_back(Gpu{g, "", "H100", 80 * kGiB, ""});
+    n.topology.leaf = "leaf-0";
+    c.nodes.push_back(std::move(n));
+  }
+  return c;
+}
+
+TraceJob Job(std::string id, Duration submit, int replicas, int gpus, Duration duration) {
+  TraceJob j;
+  j.id = std::move(id);
+  j.submit = submit;
+  j.replicas = replicas;
+  j.gpus_per_replica = gpus;
+  j.duration = duration;
+  return j;
+}
+
+// The Kubernetes gang deadlock: 3 jobs of 4 single-GPU workers on 4 GPUs.
+Trace DeadlockTrace() {
+  Trace t;
+  for (int i = 0; i < 3; ++i)
+    t.jobs.push_back(Job("j" + std::to_string(i), seconds(0), 4, 1, hours(1)));
+  return t;
+}
+
+TEST(SimTest, GangsAvoidTheDeadlockThatPodByPodPlacementHits) {
+  ClusterSpec c = Cluster(4, 1);
+  SimOptions o;
+  o.policy = "k8s-default";
+  auto k8s = Simulate(DeadlockTrace(), c, o);
+  ASSERT_TRUE(k8s.ok()) << k8s.status().ToString();
+  EXPECT_EQ(k8s->summary.never_started, 3);
+  EXPECT_EQ(k8s->summary.completed, 0);
+  o.policy = "trainyard";
+  auto ours = Simulate(DeadlockTrace(), c, o);
+  ASSERT_TRUE(ours.ok());
+  EXPECT_EQ(ours->summary.completed, 3);
+  EXPECT_EQ(ours->summary.never_started, 0);
+  EXPECT_NEAR(ours->summary.makespan_s, 3 * 3600, 1);
+  EXPECT_NEAR(ours->summary.gpu_util, 1.0, 1e-6);
+}
+
+TEST(SimTest, PreemptionLosesOnlyWorkSinceTheCheckpoint) {
+  ClusterSpec c = Cluster(1, 8);
+  Trace t;
+  t.jobs.push_back(Job("low", seconds(0), 1, 8, hours(2)));
+  TraceJob high = Job("high", minutes(45), 1, 8, minutes(30));
+  high.priority_class = "production";
+  t.jobs.push_back(high);
+  SimOptions o;
+  o.default_checkpoint_interval = minutes(20);
+  o.preempt_grace = seconds(0);
+  o.restart_overhead = seconds(0);
+  o.schedule_interval = seconds(1);  // each pass's effects show at the next one
+  auto r = Simulate(t, c, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->summary.preemptions, 1);
+  // Preempted at 45m, last checkpoint at 40m: 5 minutes x 8 GPUs lost.
+  EXPECT_NEAR(r->summary.lost_gpu_hours, 8 * 5.0 / 60, 1e-6);
+  const JobRecord& low = r->jobs[0];
+  EXPECT_EQ(low.preemptions, 1);
+  // High starts one pass after the preemption and runs 30m; low then resumes from
+  // its 40m of work and needs 80 more minutes.
+  EXPECT_EQ(r->jobs[1].end, hours(1) + minutes(15) + seconds(1));
+  EXPECT_EQ(low.end, hours(1) + minutes(15) + seconds(1) + minutes(80));
+  EXPECT_LT(r->summary.ettr, 1.0);
+}
+
+TEST(SimTest, FailuresRequeueFromCheckpointsAndAreDeterministic) {
+  ClusterSpec c = Cluster(8, 8);
+  Trace t;
+  for (int i = 0; i < 40; ++i)
+    t.jobs.push_back(Job("j" + std::to_string(i), minutes(i), 1 + i % 2, 8, hours(3)));
+  SimOptions o;
+  o.gpu_mtbf_hours = 200;  // per GPU: a node of 8 fails every 25 hours on average
+  o.seed = 7;
+  auto a = Simulate(t, c, o);
+  auto b = Simulate(t, c, o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  int64_t failures = 0;
+  for (const auto& j : a->jobs) failures += j.failures;
+  EXPECT_GT(failures, 0);
+  EXPECT_EQ(a->summary.completed, 40);
+  EXPECT_EQ(a->summary.avg_jct_s, b->summary.avg_jct_s);
+  EXPECT_EQ(a->summary.lost_gpu_hours, b->summary.lost_gpu_hours);
+  EXPECT_GT(a->summary.lost_gpu_hours, 0);
+}
+
+TEST(SimTest, LoadFactorCompressesArrivals) {
+  ClusterSpec c = Cluster(1, 8);
+  Trace t;
+  t.jobs.push_back(Job("a", seconds(0), 1, 8, minutes(10)));
+  t.jobs.push_back(Job("b", hours(1), 1, 8, minutes(10)));
+  SimOptions o;
+  o.load_factor = 12;  // b arrives at 5m, while a still runs
+  auto r = Simulate(t, c, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->jobs[1].submit, minutes(5));
+  EXPECT_EQ(r->jobs[1].first_start, minutes(10));
+}
+
+TEST(SimTest, RejectsBadOptions) {
+  SimOptions o;
+  o.policy = "trainyrd";
+  auto r = Simulate(DeadlockTrace(), Cluster(1, 1), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("did you mean trainyard?"));
+  o.policy = "fifo";
+  o.load_factor = 0;
+  EXPECT_FALSE(Simulate(DeadlockTrace(), Cluster(1, 1), o).ok());
+  o.load_factor = 1;
+  EXPECT_FALSE(Simulate(DeadlockTrace(), ClusterSpec{}, o).ok());
+}
+
+}  // namespace
+}  // namespace trainyard::sim
