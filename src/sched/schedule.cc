@@ -501,7 +501,7 @@ class Pass {
       auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
       if (inserted) {
         classes_.push_back(NodeClass{slot.type, slot.gpu_count, slot.gpu_memory, node.milli_cpus,
-                                     node.memory_bytes, max_domain});
+                                     node.memory_bytes, max_domain, 0, {}});
       }
       NodeClass& cls = classes_[it->second];
       ++cls.count;
