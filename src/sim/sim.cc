@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <queue>
 #include <random>
@@ -114,6 +115,12 @@ double Percentile(std::vector<double>& v, double p) {
 }
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 class Simulator {
  public:
