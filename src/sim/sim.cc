@@ -761,8 +761,9 @@ Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
                            const SimOptions& options) {
   TY_ASSIGN_OR_RETURN(PolicyEntry entry, FindPolicy(options.policy));
   if (!(options.load_factor > 0) || !std::isfinite(options.load_factor)) {
-    return InvalidArgument("load_factor: must be a number > 0, got " +
-                           std::to_string(options.load_factor));
+    return InvalidArgument(
+        "--load-factor: must be a number > 0 (2 halves the gaps between arrivals), got " +
+        FormatNumber(options.load_factor));
   }
   if (options.schedule_interval.count() <= 0) {
     return InvalidArgument("schedule_interval: must be > 0");
