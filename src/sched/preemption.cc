@@ -12,10 +12,8 @@ VictimPool::VictimPool(const NodeIndex& index, const std::vector<int>& running,
     const RunningJob& job = snap.running[running[k]];
     Victim v{running[k], costs[k], std::max<int64_t>(job.Gpus(), 1),
              static_cast<int32_t>(replicas_.size()), 0};
-    for (const Placement& p : job.replicas) {
-      int n = index.NodeByName(p.node);
-      if (n < 0) continue;
-      replicas_.push_back({n, index.MaskOf(n, p.gpus)});
+    for (const auto* h = index.HeldBegin(running[k]); h != index.HeldEnd(running[k]); ++h) {
+      replicas_.push_back({h->node, h->mask});
       ++v.count;
     }
     victims_.push_back(v);
