@@ -29,27 +29,50 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   if (leaf_names_.empty()) leaf_names_.push_back("");
 
   slots_.resize(snapshot.nodes.size());
+  identity_indices_.assign(snapshot.nodes.size(), false);
+  // Neighbouring nodes mostly share a leaf and a GPU model: remember the last lookup.
+  const std::string* last_leaf = nullptr;
+  int16_t last_leaf_id = 0;
+  const std::string* last_model = nullptr;
+  int16_t last_type = -1;
   for (size_t i = 0; i < snapshot.nodes.size(); ++i) {
     const Node& n = snapshot.nodes[i];
     NodeSlot& s = slots_[i];
     s.node = static_cast<int32_t>(i);
-    s.leaf = leaves[n.topology.leaf];
+    if (last_leaf == nullptr || *last_leaf != n.topology.leaf) {
+      last_leaf = &n.topology.leaf;
+      last_leaf_id = leaves[n.topology.leaf];
+    }
+    s.leaf = last_leaf_id;
     s.schedulable = IsSchedulable(n.state);
     s.gpu_count = static_cast<int>(std::min<size_t>(n.gpus.size(), 64));
     if (s.gpu_count > 0) {
-      s.type = types[NormalizeGpuType(n.gpus.front().model)];
+      if (last_model == nullptr || *last_model != n.gpus.front().model) {
+        last_model = &n.gpus.front().model;
+        last_type = types[NormalizeGpuType(n.gpus.front().model)];
+      }
+      s.type = last_type;
       s.gpu_memory = n.Capacity().gpu_memory_bytes;
     }
+    bool identity = true;
+    for (int g = 0; g < s.gpu_count; ++g) identity = identity && n.gpus[g].index == g;
+    identity_indices_[i] = identity;
     s.free_mask = s.gpu_count == 64 ? ~uint64_t{0} : ((uint64_t{1} << s.gpu_count) - 1);
     s.free_cpu = n.milli_cpus;
     s.free_mem = n.memory_bytes;
+    const std::string* last_domain = nullptr;
+    int32_t last_domain_id = -1;
     for (int g = 0; g < s.gpu_count; ++g) {
       const std::string& domain = n.gpus[g].nvlink_domain;
       if (domain.empty()) continue;
-      auto [it, inserted] = nvlink_ids.emplace(domain, static_cast<int32_t>(nvlink_ids.size()));
-      auto pos = std::find(s.nvlink_ids.begin(), s.nvlink_ids.end(), it->second);
+      if (last_domain == nullptr || *last_domain != domain) {
+        last_domain = &domain;
+        last_domain_id =
+            nvlink_ids.emplace(domain, static_cast<int32_t>(nvlink_ids.size())).first->second;
+      }
+      auto pos = std::find(s.nvlink_ids.begin(), s.nvlink_ids.end(), last_domain_id);
       if (pos == s.nvlink_ids.end()) {
-        s.nvlink_ids.push_back(it->second);
+        s.nvlink_ids.push_back(last_domain_id);
         s.nvlink_masks.push_back(0);
         pos = s.nvlink_ids.end() - 1;
       }
@@ -58,17 +81,28 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     node_by_name_.emplace(n.name, static_cast<int32_t>(i));
   }
 
-  // Subtract what running jobs hold.
+  // Subtract what running jobs hold, and remember where they hold it.
+  held_start_.reserve(snapshot.running.size() + 1);
   for (const RunningJob& job : snapshot.running) {
+    held_start_.push_back(static_cast<int32_t>(held_.size()));
+    const std::string* last_node = nullptr;
+    int32_t last_id = -1;
     for (const Placement& p : job.replicas) {
-      auto it = node_by_name_.find(p.node);
-      if (it == node_by_name_.end()) continue;
-      NodeSlot& s = slots_[it->second];
-      s.free_mask &= ~MaskOf(it->second, p.gpus);
+      if (last_node == nullptr || *last_node != p.node) {
+        last_node = &p.node;
+        auto it = node_by_name_.find(p.node);
+        last_id = it == node_by_name_.end() ? -1 : it->second;
+      }
+      if (last_id < 0) continue;
+      NodeSlot& s = slots_[last_id];
+      const uint64_t mask = MaskOf(last_id, p.gpus);
+      held_.push_back({last_id, mask});
+      s.free_mask &= ~mask;
       s.free_cpu -= job.per_replica.milli_cpus;
       s.free_mem -= job.per_replica.memory_bytes;
     }
   }
+  held_start_.push_back(static_cast<int32_t>(held_.size()));
 
   free_by_type_.assign(type_names_.size(), 0);
   nodes_by_type_free_.assign(type_names_.size() * 65, 0);
@@ -98,8 +132,14 @@ int NodeIndex::NodeByName(const std::string& name) const {
 }
 
 uint64_t NodeIndex::MaskOf(int n, const std::vector<int>& gpu_indices) const {
-  const Node& node = snapshot_.nodes[slots_[n].node];
   uint64_t mask = 0;
+  if (identity_indices_[n]) {
+    for (int gpu_index : gpu_indices) {
+      if (gpu_index >= 0 && gpu_index < slots_[n].gpu_count) mask |= uint64_t{1} << gpu_index;
+    }
+    return mask;
+  }
+  const Node& node = snapshot_.nodes[slots_[n].node];
   for (int gpu_index : gpu_indices) {
     for (int g = 0; g < slots_[n].gpu_count; ++g) {
       if (node.gpus[g].index == gpu_index) mask |= uint64_t{1} << g;

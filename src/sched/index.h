@@ -69,6 +69,15 @@ class NodeIndex {
   // GPU positions on node `n` of the given agent-visible GPU indices.
   uint64_t MaskOf(int n, const std::vector<int>& gpu_indices) const;
 
+  // Where running job `i` (index into Snapshot::running) holds GPUs, one entry per
+  // replica on a known node, computed once when the index is built.
+  struct HeldGpus {
+    int32_t node;
+    uint64_t mask;
+  };
+  const HeldGpus* HeldBegin(int i) const { return held_.data() + held_start_[i]; }
+  const HeldGpus* HeldEnd(int i) const { return held_.data() + held_start_[i + 1]; }
+
   // How many replicas of `s` fit on node `n` now (free, unreserved capacity); a shape
   // with no GPUs, CPUs or memory fits without bound (2^30).
   int ReplicasFit(int n, const Shape& s) const;
@@ -117,6 +126,11 @@ class NodeIndex {
   std::vector<int64_t> free_by_type_;
   std::vector<int32_t> nodes_by_type_free_;  // type * 65 + free -> schedulable nodes
   std::vector<int64_t> total_by_type_;
+  std::vector<HeldGpus> held_;       // running jobs' replicas, in index terms
+  std::vector<int32_t> held_start_;  // running job -> first entry in held_
+  // Nodes whose agent-visible GPU indices are their positions (0, 1, ...), the
+  // usual case: MaskOf needs no search there.
+  std::vector<bool> identity_indices_;
 };
 
 }  // namespace trainyard::sched

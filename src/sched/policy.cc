@@ -77,6 +77,10 @@ Status ValidatePolicy(const Policy& p) {
   if (p.min_runtime.count() < 0) return InvalidArgument("min_runtime: must be >= 0");
   if (p.restart_cost.count() < 0) return InvalidArgument("restart_cost: must be >= 0");
   if (p.max_victims < 1) return InvalidArgument("max_victims: must be >= 1");
+  if (p.max_preemption_searches < 0) {
+    return InvalidArgument("max_preemption_searches: must be >= 0, got " +
+                           std::to_string(p.max_preemption_searches));
+  }
   return Status::Ok();
 }
 

@@ -32,6 +32,11 @@ struct Policy {
   Duration min_runtime{300'000};         // never preempt a job younger than this
   Duration restart_cost{60'000};         // charged per victim GPU on top of lost work
   int max_victims = 256;                 // give up a preemption search past this many
+  // Victim searches per pass. Each costs time in the number of running jobs, and a
+  // busy cluster can have thousands of blocked jobs that each could preempt; past
+  // this many, the rest wait for the next pass (highest in line search first), as
+  // Slurm bounds its passes with default_queue_depth and bf_max_job_test.
+  int max_preemption_searches = 128;
 };
 
 // Checks that every named piece exists; the message lists the valid names.

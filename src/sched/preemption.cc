@@ -1,42 +1,87 @@
 #include "sched/preemption.h"
 
 #include <algorithm>
-#include <map>
-#include <unordered_map>
 
 namespace trainyard::sched {
-namespace {
 
-struct VictimReplica {
-  int32_t node;
-  uint64_t mask;
-};
-
-struct Victim {
-  int running;
-  double cost;
-  int64_t gpus;
-  std::vector<VictimReplica> replicas;
-};
-
-// Replica capacity of one scope as victims are added and removed.
-class ScopeCapacity {
- public:
-  ScopeCapacity(const NodeIndex& index, const GangRequest& req, int64_t initial)
-      : index_(index), req_(req), capacity_(initial) {}
-
-  int64_t capacity() const { return capacity_; }
-
-  void Apply(const Victim& v, bool add, int scope_leaf, int scope_node) {
-    const int g = std::max(req_.shape.gpus, 1);
-    for (const auto& r : v.replicas) {
-      if (!InScope(r.node, scope_leaf, scope_node)) continue;
-      int& free = FreeOf(r.node);
-      int delta = __builtin_popcountll(r.mask);
-      int before = free / g;
-      free += add ? delta : -delta;
-      capacity_ += free / g - before;
+VictimPool::VictimPool(const NodeIndex& index, const std::vector<int>& running,
+                       const std::vector<double>& costs) {
+  const Snapshot& snap = index.snapshot();
+  victims_.reserve(running.size());
+  for (size_t k = 0; k < running.size(); ++k) {
+    const RunningJob& job = snap.running[running[k]];
+    Victim v{running[k], costs[k], std::max<int64_t>(job.Gpus(), 1),
+             static_cast<int32_t>(replicas_.size()), 0};
+    for (const auto* h = index.HeldBegin(running[k]); h != index.HeldEnd(running[k]); ++h) {
+      replicas_.push_back({h->node, h->mask});
+      ++v.count;
     }
+    victims_.push_back(v);
+  }
+  // Cheapest per GPU first; ties by running index for determinism.
+  order_.resize(victims_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<int>(i);
+  std::sort(order_.begin(), order_.end(), [&](int a, int b) {
+    const Victim& va = victims_[a];
+    const Victim& vb = victims_[b];
+    double ca = va.cost / static_cast<double>(va.gpus);
+    double cb = vb.cost / static_cast<double>(vb.gpus);
+    return ca != cb ? ca < cb : va.running < vb.running;
+  });
+
+  // Per node and per leaf lists, in cost order, each victim once per node / leaf.
+  std::vector<std::pair<int32_t, int>> at_node, at_leaf;
+  for (int v : order_) {
+    const Victim& victim = victims_[v];
+    for (int32_t r = victim.first; r < victim.first + victim.count; ++r) {
+      at_node.emplace_back(replicas_[r].node, v);
+      at_leaf.emplace_back(index.slot(replicas_[r].node).leaf, v);
+    }
+  }
+  // A stable sort by node keeps the cost order within each node.
+  auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::stable_sort(at_node.begin(), at_node.end(), by_key);
+  std::stable_sort(at_leaf.begin(), at_leaf.end(), by_key);
+  for (size_t i = 0; i < at_node.size(); ++i) {
+    const auto [n, v] = at_node[i];
+    if (node_ids_.empty() || node_ids_.back() != n) {
+      node_ids_.push_back(n);
+      node_start_.push_back(static_cast<int32_t>(node_victims_.size()));
+    } else if (node_victims_.back() == v) {
+      continue;  // two replicas of one victim on this node
+    }
+    node_victims_.push_back(v);
+  }
+  node_start_.push_back(static_cast<int32_t>(node_victims_.size()));
+  leaf_start_.assign(index.LeafCount() + 1, 0);
+  for (size_t i = 0; i < at_leaf.size(); ++i) {
+    const auto [l, v] = at_leaf[i];
+    // One victim's entries are adjacent: all of its replicas were listed before the
+    // next victim's, and the sort is stable.
+    if (i > 0 && at_leaf[i - 1].first == l && leaf_victims_.back() == v) continue;
+    leaf_victims_.push_back(v);
+    ++leaf_start_[l + 1];
+  }
+  for (size_t l = 1; l < leaf_start_.size(); ++l) leaf_start_[l] += leaf_start_[l - 1];
+  free_.assign(index.NodeCount(), 0);
+  stamp_.assign(index.NodeCount(), 0);
+}
+
+// One call of FindVictims.
+class VictimSearch {
+ public:
+  VictimSearch(const NodeIndex& index, const GangRequest& req, const VictimPool& pool,
+               const std::vector<VictimUse>& use, double penalty, int max_victims)
+      : index_(index),
+        req_(req),
+        pool_(pool),
+        use_(use),
+        penalty_(penalty),
+        max_victims_(max_victims),
+        g_(std::max(req.shape.gpus, 1)) {}
+
+  double Cost(int v) const {
+    return pool_.victims_[v].cost + (use_[v] == VictimUse::kLastResort ? penalty_ : 0);
   }
 
   bool InScope(int n, int scope_leaf, int scope_node) const {
@@ -54,54 +99,75 @@ class ScopeCapacity {
     return true;
   }
 
+  // Greedy search in one scope over `list` (victims in cost order); false when even
+  // every allowed victim would not do.
+  bool Scope(const int* begin, const int* end, int64_t initial, int scope_leaf, int scope_node,
+             std::vector<int>& victims, double& cost) {
+    const int64_t need = req_.shape.replicas;
+    if (++pool_.epoch_ == 0) {  // wrapped: forget every stamp
+      std::fill(pool_.stamp_.begin(), pool_.stamp_.end(), 0);
+      pool_.epoch_ = 1;
+    }
+    capacity_ = initial;
+    chosen_.clear();
+    for (VictimUse phase : {VictimUse::kYes, VictimUse::kLastResort}) {
+      for (const int* it = begin; it != end && capacity_ < need; ++it) {
+        if (use_[*it] != phase) continue;
+        if (static_cast<int>(chosen_.size()) >= max_victims_) return false;
+        Apply(*it, true, scope_leaf, scope_node);
+        chosen_.push_back(*it);
+      }
+    }
+    if (capacity_ < need) return false;
+    // Drop what is not needed, most expensive first.
+    std::sort(chosen_.begin(), chosen_.end(), [&](int a, int b) { return Cost(a) > Cost(b); });
+    victims.clear();
+    cost = 0;
+    for (int v : chosen_) {
+      Apply(v, false, scope_leaf, scope_node);
+      if (capacity_ >= need) continue;
+      Apply(v, true, scope_leaf, scope_node);
+      victims.push_back(v);
+      cost += Cost(v);
+    }
+    std::sort(victims.begin(), victims.end());
+    return true;
+  }
+
  private:
+  void Apply(int v, bool add, int scope_leaf, int scope_node) {
+    const VictimPool::Victim& victim = pool_.victims_[v];
+    for (int32_t r = victim.first; r < victim.first + victim.count; ++r) {
+      const VictimPool::Replica& rep = pool_.replicas_[r];
+      if (!InScope(rep.node, scope_leaf, scope_node)) continue;
+      int& free = FreeOf(rep.node);
+      const int delta = __builtin_popcountll(rep.mask);
+      const int before = free / g_;
+      free += add ? delta : -delta;
+      capacity_ += free / g_ - before;
+    }
+  }
+
   int& FreeOf(int n) {
-    auto it = free_.find(n);
-    if (it == free_.end()) it = free_.emplace(n, index_.slot(n).FreeGpus()).first;
-    return it->second;
+    if (pool_.stamp_[n] != pool_.epoch_) {
+      pool_.stamp_[n] = pool_.epoch_;
+      pool_.free_[n] = index_.slot(n).FreeGpus();
+    }
+    return pool_.free_[n];
   }
 
   const NodeIndex& index_;
   const GangRequest& req_;
-  int64_t capacity_;
-  std::unordered_map<int, int> free_;
+  const VictimPool& pool_;
+  const std::vector<VictimUse>& use_;
+  const double penalty_;
+  const int max_victims_;
+  const int g_;
+  int64_t capacity_ = 0;
+  std::vector<int> chosen_;
 };
 
-struct ScopeResult {
-  std::vector<int> victims;  // indices into the Victim list
-  double cost = 0;
-};
-
-// Greedy search in one scope; nullopt when even every victim would not do.
-std::optional<ScopeResult> SearchScope(const NodeIndex& index, const GangRequest& req,
-                                       const std::vector<Victim>& victims,
-                                       const std::vector<int>& order, int64_t initial,
-                                       int scope_leaf, int scope_node, int max_victims) {
-  const int64_t need = req.shape.replicas;
-  ScopeCapacity cap(index, req, initial);
-  std::vector<int> chosen;
-  for (int v : order) {
-    if (cap.capacity() >= need) break;
-    if (static_cast<int>(chosen.size()) >= max_victims) return std::nullopt;
-    cap.Apply(victims[v], true, scope_leaf, scope_node);
-    chosen.push_back(v);
-  }
-  if (cap.capacity() < need) return std::nullopt;
-  // Drop what is not needed, most expensive first.
-  std::vector<int> by_cost = chosen;
-  std::sort(by_cost.begin(), by_cost.end(),
-            [&](int a, int b) { return victims[a].cost > victims[b].cost; });
-  ScopeResult out;
-  for (int v : by_cost) {
-    cap.Apply(victims[v], false, scope_leaf, scope_node);
-    if (cap.capacity() >= need) continue;
-    cap.Apply(victims[v], true, scope_leaf, scope_node);
-    out.victims.push_back(v);
-    out.cost += victims[v].cost;
-  }
-  std::sort(out.victims.begin(), out.victims.end());
-  return out;
-}
+namespace {
 
 int64_t BoundOver(const NodeIndex& index, const GangRequest& req, int leaf) {
   const int g = req.shape.gpus;
@@ -117,59 +183,40 @@ int64_t BoundOver(const NodeIndex& index, const GangRequest& req, int leaf) {
   return sum;
 }
 
+// The best few sets found so far, by (cost, victims): a total order, so the result
+// does not depend on the order in which scopes are searched.
+class BestSets {
+ public:
+  explicit BestSets(size_t keep) : keep_(keep) {}
+  void Offer(double cost, const std::vector<int>& victims) {
+    auto entry = std::make_pair(cost, victims);
+    if (sets_.size() == keep_ && !(entry < sets_.back())) return;
+    sets_.insert(std::upper_bound(sets_.begin(), sets_.end(), entry), std::move(entry));
+    if (sets_.size() > keep_) sets_.pop_back();
+  }
+  const std::vector<std::pair<double, std::vector<int>>>& sets() const { return sets_; }
+
+ private:
+  size_t keep_;
+  std::vector<std::pair<double, std::vector<int>>> sets_;
+};
+
 }  // namespace
 
 std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
-                                     const PlacementStyle& style,
-                                     const std::vector<Candidate>& candidates, int max_victims) {
-  if (candidates.empty() || req.shape.gpus <= 0) return std::nullopt;
+                                     const PlacementStyle& style, const VictimPool& pool,
+                                     const std::vector<VictimUse>& use, double penalty,
+                                     int max_victims) {
+  if (pool.size() == 0 || req.shape.gpus <= 0) return std::nullopt;
   const Snapshot& snap = index.snapshot();
-  std::vector<Victim> victims;
-  victims.reserve(candidates.size());
-  for (const Candidate& c : candidates) {
-    const RunningJob& job = snap.running[c.running];
-    Victim v{c.running, c.cost, std::max<int64_t>(job.Gpus(), 1), {}};
-    if (c.gpus != nullptr) {
-      for (const auto& [n, mask] : *c.gpus) v.replicas.push_back({n, mask});
-    } else {
-      for (const Placement& p : job.replicas) {
-        int n = index.NodeByName(p.node);
-        if (n >= 0) v.replicas.push_back({n, index.MaskOf(n, p.gpus)});
-      }
-    }
-    victims.push_back(std::move(v));
-  }
-  // Cheapest per GPU first; ties by running index for determinism.
-  std::vector<int> order(victims.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    double ca = victims[a].cost / victims[a].gpus, cb = victims[b].cost / victims[b].gpus;
-    return ca != cb ? ca < cb : victims[a].running < victims[b].running;
-  });
+  VictimSearch search(index, req, pool, use, penalty, max_victims);
+  // Confirm with a real placement on the freed capacity; the count-based search
+  // ignores CPUs, memory and NVLink domains.
+  constexpr size_t kMaxConfirm = 8;
+  BestSets best(kMaxConfirm);
+  std::vector<int> victims;
+  double cost = 0;
 
-  struct Scope {
-    int leaf = -1;
-    int node = -1;
-  };
-  std::vector<Scope> scopes;
-  // Victims per node and per leaf, in cost order, so a scope walks only its own.
-  std::unordered_map<int, std::vector<int>> by_node, by_leaf;
-  for (int v : order) {
-    int last_node = -1, last_leaf = -1;
-    for (const auto& r : victims[v].replicas) {
-      if (r.node != last_node) {
-        auto& list = by_node[r.node];
-        if (list.empty() || list.back() != v) list.push_back(v);
-        last_node = r.node;
-      }
-      int leaf = index.slot(r.node).leaf;
-      if (leaf != last_leaf) {
-        auto& list = by_leaf[leaf];
-        if (list.empty() || list.back() != v) list.push_back(v);
-        last_leaf = leaf;
-      }
-    }
-  }
   const TopologyConstraint c = req.topology.constraint;
   const bool hard = req.topology.hard;
   const bool one_node_gang =
@@ -177,50 +224,49 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
       (c == TopologyConstraint::kNone || c == TopologyConstraint::kSameNode ||
        c == TopologyConstraint::kSameNvlink || !hard);
   if (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink || one_node_gang) {
-    std::vector<int> nodes;
-    for (const auto& [n, list] : by_node) nodes.push_back(n);
-    std::sort(nodes.begin(), nodes.end());
-    for (int n : nodes) scopes.push_back({-1, n});
+    for (size_t i = 0; i < pool.node_ids_.size(); ++i) {
+      const int n = pool.node_ids_[i];
+      if (!search.InScope(n, -1, n)) continue;
+      const int* begin = pool.node_victims_.data() + pool.node_start_[i];
+      const int* end = pool.node_victims_.data() + pool.node_start_[i + 1];
+      if (std::all_of(begin, end, [&](int v) { return use[v] == VictimUse::kNo; })) continue;
+      if (search.Scope(begin, end, index.ReplicasFit(n, req.shape), -1, n, victims, cost)) {
+        best.Offer(cost, victims);
+      }
+    }
   }
   const bool node_only =
       hard && (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink);
   if (!node_only) {
     if (c == TopologyConstraint::kSameLeaf || (style.pack_topology && req.max_replicas > 1)) {
       for (int l = 0; l < index.LeafCount(); ++l) {
-        if (by_leaf.count(l)) scopes.push_back({l, -1});
+        if (pool.leaf_start_[l] == pool.leaf_start_[l + 1]) continue;
+        const int* begin = pool.leaf_victims_.data() + pool.leaf_start_[l];
+        const int* end = pool.leaf_victims_.data() + pool.leaf_start_[l + 1];
+        if (search.Scope(begin, end, BoundOver(index, req, l), l, -1, victims, cost)) {
+          best.Offer(cost, victims);
+        }
       }
     }
-    if (!(c == TopologyConstraint::kSameLeaf && hard)) scopes.push_back({});
-  }
-
-  std::vector<std::pair<double, std::vector<int>>> found;
-  for (const Scope& s : scopes) {
-    int64_t initial = 0;
-    if (s.node >= 0) {
-      initial = index.ReplicasFit(s.node, req.shape);
-    } else {
-      initial = BoundOver(index, req, s.leaf);
+    if (!(c == TopologyConstraint::kSameLeaf && hard)) {
+      const int* begin = pool.order_.data();
+      const int* end = begin + pool.order_.size();
+      if (search.Scope(begin, end, BoundOver(index, req, -1), -1, -1, victims, cost)) {
+        best.Offer(cost, victims);
+      }
     }
-    const std::vector<int>& list =
-        s.node >= 0 ? by_node[s.node] : (s.leaf >= 0 ? by_leaf[s.leaf] : order);
-    auto r = SearchScope(index, req, victims, list, initial, s.leaf, s.node, max_victims);
-    if (r) found.emplace_back(r->cost, std::move(r->victims));
   }
-  std::sort(found.begin(), found.end());
 
-  // Confirm with a real placement on the freed capacity; the count-based search
-  // ignores CPUs, memory and NVLink domains.
-  constexpr size_t kMaxConfirm = 8;
-  for (size_t i = 0; i < found.size() && i < kMaxConfirm; ++i) {
-    const auto& chosen = found[i].second;
+  for (const auto& [set_cost, chosen] : best.sets()) {
     auto release = [&](bool give) {
       for (int v : chosen) {
-        const RunningJob& job = snap.running[victims[v].running];
-        for (const auto& r : victims[v].replicas) {
+        const RunningJob& job = snap.running[pool.running(v)];
+        for (const auto* r = pool.replicas_begin(v); r != pool.replicas_end(v); ++r) {
           if (give) {
-            index.Release(r.node, r.mask, job.per_replica.milli_cpus, job.per_replica.memory_bytes);
+            index.Release(r->node, r->mask, job.per_replica.milli_cpus,
+                          job.per_replica.memory_bytes);
           } else {
-            index.Take(r.node, r.mask, job.per_replica.milli_cpus, job.per_replica.memory_bytes);
+            index.Take(r->node, r->mask, job.per_replica.milli_cpus, job.per_replica.memory_bytes);
           }
         }
       }
@@ -230,9 +276,9 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
     release(false);
     if (placement) {
       VictimSet out;
-      out.cost = found[i].first;
+      out.cost = set_cost;
       out.placement = std::move(*placement);
-      for (int v : chosen) out.running.push_back(victims[v].running);
+      for (int v : chosen) out.running.push_back(pool.running(v));
       std::sort(out.running.begin(), out.running.end());
       return out;
     }

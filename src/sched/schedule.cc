@@ -18,13 +18,30 @@
 namespace trainyard::sched {
 namespace {
 
+// A small fixed-size key for the pass's caches (shapes, their misfits, reasons):
+// hashing nine integers is far cheaper than building and hashing a string per job.
+struct Key {
+  std::array<int64_t, 9> v{};
+  bool operator==(const Key&) const = default;
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words, with a final mix
+    for (int64_t x : k.v) {
+      h ^= static_cast<uint64_t>(x);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h ^ (h >> 32));
+  }
+};
+
 struct JobCtx {
   const PendingJob* job = nullptr;
   int queue = -1;
   GangRequest req;
   std::vector<int32_t> excluded;
   int64_t gpus = 0;  // at min_replicas
-  std::string shape_key;
+  Key shape_key;
   Ordering::Key static_key;
 };
 
@@ -88,7 +105,7 @@ class Pass {
   }
 
   Decisions Run() {
-    std::vector<std::vector<JobCtx>> by_queue;
+    std::vector<std::vector<int>> by_queue;
     Admit(by_queue);
     Loop(by_queue);
     auto by_id = [](const auto& a, const auto& b) { return a.job < b.job; };
@@ -102,16 +119,19 @@ class Pass {
 
  private:
   // Step 1: sort jobs into infeasible, not-yet-eligible and candidates per queue.
-  void Admit(std::vector<std::vector<JobCtx>>& by_queue) {
+  // Contexts live in ctxs_ (reserved up front, so at stable addresses); queues hold
+  // indices into it.
+  void Admit(std::vector<std::vector<int>>& by_queue) {
+    ctxs_.reserve(snap_.pending.size());
     for (const PendingJob& job : snap_.pending) {
-      std::string unusable = quota_.Unusable(job.tenant, job.queue);
-      if (!unusable.empty()) {
-        out_.infeasible.push_back({job.id, unusable});
+      const int queue = quota_.Find(job.tenant, job.queue);
+      if (queue < 0) {
+        out_.infeasible.push_back({job.id, quota_.Unusable(job.tenant, job.queue)});
         continue;
       }
       JobCtx ctx;
       ctx.job = &job;
-      ctx.queue = quota_.Find(job.tenant, job.queue);
+      ctx.queue = queue;
       Shape& s = ctx.req.shape;
       s.gpus = static_cast<int>(std::min<int64_t>(job.per_replica.gpus, 1 << 20));
       s.cpu = job.per_replica.milli_cpus;
@@ -159,33 +179,33 @@ class Pass {
       }
       ctx.static_key = ordering_->KeyOf(job, 0, false);
       if (static_cast<int>(by_queue.size()) <= ctx.queue) by_queue.resize(ctx.queue + 1);
-      by_queue[ctx.queue].push_back(std::move(ctx));
+      by_queue[ctx.queue].push_back(static_cast<int>(ctxs_.size()));
+      ctxs_.push_back(std::move(ctx));
     }
     for (auto& jobs : by_queue) {
-      std::sort(jobs.begin(), jobs.end(),
-                [](const JobCtx& a, const JobCtx& b) { return a.static_key < b.static_key; });
+      std::sort(jobs.begin(), jobs.end(), [&](int a, int b) {
+        return std::tie(ctxs_[a].static_key, a) < std::tie(ctxs_[b].static_key, b);
+      });
     }
-    // Contexts now live at stable addresses; point requests at their exclusions.
-    for (auto& jobs : by_queue) {
-      for (JobCtx& c : jobs) c.req.excluded = c.excluded.empty() ? nullptr : &c.excluded;
-    }
+    // Point requests at their exclusions, now that contexts do not move.
+    for (JobCtx& c : ctxs_) c.req.excluded = c.excluded.empty() ? nullptr : &c.excluded;
   }
 
   // Steps 2-5.
-  void Loop(std::vector<std::vector<JobCtx>>& by_queue) {
+  void Loop(std::vector<std::vector<int>>& by_queue) {
     using Entry = std::pair<Ordering::Key, int>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heads;
     std::vector<size_t> next(by_queue.size(), 0);
     auto push = [&](int q) {
       if (next[q] >= by_queue[q].size()) return;
-      const JobCtx& c = by_queue[q][next[q]];
+      const JobCtx& c = ctxs_[by_queue[q][next[q]]];
       heads.push({ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q});
     };
     for (size_t q = 0; q < by_queue.size(); ++q) push(static_cast<int>(q));
     while (!heads.empty()) {
       int q = heads.top().second;
       heads.pop();
-      Consider(by_queue[q][next[q]++]);
+      Consider(ctxs_[by_queue[q][next[q]++]]);
       push(q);
     }
   }
@@ -222,9 +242,14 @@ class Pass {
       Bind(c, *p);
       return;
     }
+    search_limit_hit_ = false;
     if (TryPreempt(c)) return;
+    const std::string deferred =
+        search_limit_hit_ ? "; victims not searched this pass (max_preemption_searches " +
+                                std::to_string(policy_.max_preemption_searches) + " reached)"
+                          : "";
     if (policy_.backfill && reservations_made_ < policy_.reservations) {
-      std::string reason = WaitReason(c);  // before its own GPUs are held
+      std::string reason = WaitReason(c, deferred);  // before its own GPUs are held
       if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_, claimed_)) {
         ++reservations_made_;
         Claim(planned->placement);
@@ -237,21 +262,23 @@ class Pass {
       }
     }
     if (!policy_.backfill) fifo_blocker_ = job.id;
-    out_.waiting.push_back({job.id, WaitReason(c)});
+    out_.waiting.push_back({job.id, WaitReason(c, deferred)});
   }
 
-  static std::string CoarseKey(const JobCtx& c) {
+  static int64_t TopologyCode(const TopologySpec& t) {
+    return static_cast<int64_t>(t.constraint) * 2 + (t.hard ? 1 : 0);
+  }
+  // Type, replicas and topology: what decides whether per-replica needs compare.
+  static Key CoarseKey(const JobCtx& c) {
     const Shape& s = c.req.shape;
-    return std::to_string(s.type) + "/" + std::to_string(s.replicas) + "/" +
-           std::to_string(static_cast<int>(c.req.topology.constraint)) +
-           (c.req.topology.hard ? "h" : "s");
+    return Key{{s.type, s.replicas, TopologyCode(c.req.topology)}};
   }
   static std::array<int64_t, 4> Needs(const JobCtx& c) {
     const Shape& s = c.req.shape;
     return {s.gpus, s.cpu, s.mem, s.gpu_memory};
   }
-  using NeedsCache = std::unordered_map<std::string, std::vector<std::array<int64_t, 4>>>;
-  static bool Dominated(const NeedsCache& cache, const std::string& key,
+  using NeedsCache = std::unordered_map<Key, std::vector<std::array<int64_t, 4>>, KeyHash>;
+  static bool Dominated(const NeedsCache& cache, const Key& key,
                         const std::array<int64_t, 4>& need) {
     auto it = cache.find(key);
     if (it == cache.end()) return false;
@@ -260,8 +287,7 @@ class Pass {
     }
     return false;
   }
-  static void Record(NeedsCache& cache, const std::string& key,
-                     const std::array<int64_t, 4>& need) {
+  static void Record(NeedsCache& cache, const Key& key, const std::array<int64_t, 4>& need) {
     auto& list = cache[key];
     if (list.size() < 64) list.push_back(need);
   }
@@ -274,31 +300,28 @@ class Pass {
   }
 
   // Per running job, once per pass and only when preemption is considered: its
-  // queue, its cost as a victim, its GPUs in index terms.
+  // queue; and the pool of victims with their costs.
   void EnsureRunningInfo() {
-    if (running_info_) return;
-    running_info_ = true;
-    const Snapshot& snapshot = snap_;
-    const Policy& policy = policy_;
-    running_queue_.resize(snapshot.running.size());
-    running_cost_.resize(snapshot.running.size());
-    running_gpus_.resize(snapshot.running.size());
-    for (size_t i = 0; i < snapshot.running.size(); ++i) {
-      const RunningJob& v = snapshot.running[i];
+    if (pool_) return;
+    running_queue_.resize(snap_.running.size());
+    for (size_t i = 0; i < snap_.running.size(); ++i) {
+      const RunningJob& v = snap_.running[i];
       running_queue_[i] = quota_.Find(v.tenant, v.queue);
-      running_cost_[i] = cost_ ? cost_->Cost(v, snapshot.now, policy) : 0;
-      for (const Placement& p : v.replicas) {
-        int n = index_.NodeByName(p.node);
-        if (n >= 0) running_gpus_[i].emplace_back(n, index_.MaskOf(n, p.gpus));
-      }
     }
+    std::vector<double> costs(preemptible_.size());
+    for (size_t k = 0; k < preemptible_.size(); ++k) {
+      costs[k] = cost_ ? cost_->Cost(snap_.running[preemptible_[k]], snap_.now, policy_) : 0;
+    }
+    pool_.emplace(index_, preemptible_, costs);
+    use_.assign(preemptible_.size(), VictimUse::kNo);
   }
 
-  bool HoldsClaimed(size_t running) const {
+  // Whether pool victim `k` holds GPUs an earlier job of this pass counts on.
+  bool HoldsClaimed(int k) const {
     if (claimed_.empty()) return false;
-    for (const auto& [n, mask] : running_gpus_[running]) {
-      auto it = claimed_.find(n);
-      if (it != claimed_.end() && (mask & it->second) != 0) return true;
+    for (const auto* r = pool_->replicas_begin(k); r != pool_->replicas_end(k); ++r) {
+      auto it = claimed_.find(r->node);
+      if (it != claimed_.end() && (r->mask & it->second) != 0) return true;
     }
     return false;
   }
@@ -326,7 +349,8 @@ class Pass {
     if (lent.empty()) return std::nullopt;
     // Which reservations lend GPUs depends only on the job's end time, and the lent
     // set only grows with it; capacity only shrinks: a miss stays a miss.
-    std::string key = c.shape_key + "|bf" + std::to_string(lent.size());
+    Key key = c.shape_key;
+    key.v[8] = static_cast<int64_t>(lent.size());
     std::optional<GangPlacement> p;
     if (!c.excluded.empty() || !backfill_misfit_.count(key)) {
       p = PlaceGang(index_, req, style_);
@@ -346,8 +370,10 @@ class Pass {
     const bool within = quota_.WithinGuarantee(c.queue, c.gpus);
     // Candidates only dwindle during a pass: a shape that found no victims at this
     // priority, queue and guarantee standing will not, nor will any larger one.
-    const std::string key = CoarseKey(c) + "|" + std::to_string(job.priority) + "|" +
-                            std::to_string(c.queue) + "|" + (within ? "g" : "b");
+    Key key = CoarseKey(c);
+    key.v[3] = job.priority;
+    key.v[4] = c.queue;
+    key.v[5] = within ? 1 : 0;
     if (c.excluded.empty() && Dominated(no_victims_, key, Needs(c))) return false;
     // Only jobs of lower priority can be victims, except when reclaiming a guarantee.
     const size_t scan =
@@ -358,28 +384,39 @@ class Pass {
                          [&](int i, int32_t p) { return snap_.running[i].priority < p; }) -
                      preemptible_.begin());
     if (scan == 0) return false;
+    if (searches_ >= policy_.max_preemption_searches) {
+      search_limit_hit_ = true;
+      return false;
+    }
     EnsureRunningInfo();
-    std::vector<Candidate> candidates;
-    for (size_t k = 0; k < scan; ++k) {
+    bool any = false;
+    for (size_t k = 0; k < preemptible_.size(); ++k) {
+      use_[k] = VictimUse::kNo;
+      if (k >= scan) continue;
       const size_t i = preemptible_[k];
       if (victim_taken_[i]) continue;
       const RunningJob& v = snap_.running[i];
-      if (HoldsClaimed(i)) continue;  // an earlier job of this pass counts on its GPUs
+      if (HoldsClaimed(static_cast<int>(k))) continue;  // an earlier job counts on its GPUs
       int vq = running_queue_[i];
       bool borrowing = vq >= 0 && quota_.Borrowing(vq);
       bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
       bool by_reclaim = within && vq != c.queue && borrowing;
       if (v.preempting || by_priority || by_reclaim) {
-        double cost = running_cost_[i];
         // Reclaim takes back what a queue borrows: a victim that would take its queue
         // below its own guarantee is the last resort.
-        if (!v.preempting && !by_priority && quota_.Used(vq) - v.Gpus() < quota_.Guaranteed(vq)) {
-          cost += kBelowGuaranteePenalty;
-        }
-        candidates.push_back({static_cast<int>(i), cost, &running_gpus_[i]});
+        use_[k] =
+            !v.preempting && !by_priority && quota_.Used(vq) - v.Gpus() < quota_.Guaranteed(vq)
+                ? VictimUse::kLastResort
+                : VictimUse::kYes;
+        any = true;
       }
     }
-    auto found = FindVictims(index_, c.req, style_, candidates, policy_.max_victims);
+    std::optional<VictimSet> found;
+    if (any) {
+      ++searches_;
+      found = FindVictims(index_, c.req, style_, *pool_, use_, kBelowGuaranteePenalty,
+                          policy_.max_victims);
+    }
     if (!found) {
       if (c.excluded.empty()) Record(no_victims_, key, Needs(c));
       return false;
@@ -432,13 +469,15 @@ class Pass {
 
   // The reason text depends on the shape and the free capacity only; jobs of one
   // shape share it until the index changes.
-  std::string WaitReason(const JobCtx& c) {
-    if (!c.excluded.empty()) return ComposeWaitReason(c);
-    auto it = reasons_.find(c.shape_key);
-    if (it != reasons_.end() && it->second.first == version_) return it->second.second;
-    std::string r = ComposeWaitReason(c);
-    reasons_[c.shape_key] = {version_, r};
-    return r;
+  std::string WaitReason(const JobCtx& c, const std::string& suffix = "") {
+    if (!c.excluded.empty()) return ComposeWaitReason(c) + suffix;
+    Key key = c.shape_key;
+    key.v[8] = suffix.empty() ? 0 : 1;  // the only suffix is the deferred-search note
+    auto [it, inserted] = reasons_.try_emplace(key);
+    if (inserted || it->second.first != version_) {
+      it->second = {version_, ComposeWaitReason(c) + suffix};
+    }
+    return it->second.second;
   }
 
   std::string ComposeWaitReason(const JobCtx& c) const {
@@ -500,8 +539,14 @@ class Pass {
                                  node.milli_cpus, node.memory_bytes, max_domain);
       auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
       if (inserted) {
-        classes_.push_back(NodeClass{slot.type, slot.gpu_count, slot.gpu_memory, node.milli_cpus,
-                                     node.memory_bytes, max_domain, 0, {}});
+        classes_.push_back(NodeClass{slot.type,
+                                     slot.gpu_count,
+                                     slot.gpu_memory,
+                                     node.milli_cpus,
+                                     node.memory_bytes,
+                                     max_domain,
+                                     0,
+                                     {}});
       }
       NodeClass& cls = classes_[it->second];
       ++cls.count;
@@ -577,7 +622,8 @@ class Pass {
   // Why the job could not run even on an empty cluster; empty when it could. A gang
   // is one GPU type, so an untyped gang must fit within one type.
   std::string NeverFits(const JobCtx& c) {
-    std::string key = c.shape_key + "|x" + std::to_string(c.excluded.size());
+    // Cached for jobs without excluded nodes only: exclusions change the answer.
+    const Key& key = c.shape_key;
     if (c.excluded.empty()) {
       if (auto it = never_.find(key); it != never_.end()) return it->second;
     }
@@ -673,13 +719,10 @@ class Pass {
     return why;
   }
 
-  std::string ShapeKey(const JobCtx& c) const {
+  static Key ShapeKey(const JobCtx& c) {
     const Shape& s = c.req.shape;
-    return std::to_string(s.type) + "/" + std::to_string(s.gpus) + "/" + std::to_string(s.cpu) +
-           "/" + std::to_string(s.mem) + "/" + std::to_string(s.gpu_memory) + "/" +
-           std::to_string(s.replicas) + "/" + std::to_string(c.req.max_replicas) + "/" +
-           std::to_string(static_cast<int>(c.req.topology.constraint)) +
-           (c.req.topology.hard ? "h" : "s");
+    return Key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, c.req.max_replicas,
+                TopologyCode(c.req.topology)}};
   }
 
   std::string TypeList() const {
@@ -699,8 +742,9 @@ class Pass {
   std::vector<bool> victim_taken_;
   std::vector<PassBind> bound_;  // gangs bound so far in this pass
   Claims claimed_;
-  int64_t version_ = 0;  // bumped whenever free capacity changes
-  std::unordered_map<std::string, std::pair<int64_t, std::string>> reasons_;
+  int64_t version_ = 0;       // bumped whenever free capacity changes
+  std::vector<JobCtx> ctxs_;  // admitted jobs
+  std::unordered_map<Key, std::pair<int64_t, std::string>, KeyHash> reasons_;
   std::vector<NodeClass> classes_;
   std::vector<int> class_of_;  // node -> class
   bool classes_built_ = false;
@@ -710,14 +754,15 @@ class Pass {
   // Shapes that did not fit, by (type, replicas, topology): any shape needing at
   // least as much of everything will not fit either.
   NeedsCache misfit_;
-  std::unordered_set<std::string> backfill_misfit_;
+  std::unordered_set<Key, KeyHash> backfill_misfit_;
   NeedsCache no_victims_;
-  bool running_info_ = false;
   std::vector<int> running_queue_;
-  std::vector<double> running_cost_;
-  std::vector<std::vector<std::pair<int32_t, uint64_t>>> running_gpus_;
-  std::unordered_map<std::string, std::string> never_;
+  std::optional<VictimPool> pool_;  // built on the first victim search of the pass
+  std::vector<VictimUse> use_;      // per pool victim, for the current search
+  std::unordered_map<Key, std::string, KeyHash> never_;
   int reservations_made_ = 0;
+  int searches_ = 0;               // victim searches so far in this pass
+  bool search_limit_hit_ = false;  // the job considered now skipped its victim search
   JobId fifo_blocker_ = 0;
 };
 

@@ -18,9 +18,10 @@ const std::vector<std::string_view> kTopFields = {"policy",           "nodes", "
 // A cluster file holds the cluster sections of a scenario and nothing else.
 const std::vector<std::string_view> kClusterFields = {"nodes", "queues", "priority_classes"};
 const std::vector<std::string_view> kScenarioOnlyFields = {"policy", "jobs", "steps"};
-const std::vector<std::string_view> kPolicyFields = {"ordering",     "placement",    "preemption",
-                                                     "backfill",     "reservations", "min_runtime",
-                                                     "restart_cost", "max_victims"};
+const std::vector<std::string_view> kPolicyFields = {
+    "ordering",     "placement",    "preemption",
+    "backfill",     "reservations", "min_runtime",
+    "restart_cost", "max_victims",  "max_preemption_searches"};
 const std::vector<std::string_view> kNodeFields = {
     "name",   "count", "gpus", "gpu_type",     "gpu_memory", "cpus",
     "memory", "spine", "leaf", "nvlink_group", "state"};
@@ -417,6 +418,8 @@ class ScenarioReader {
         DurationField(x, f, p.restart_cost);
       } else if (key == "max_victims") {
         IntAs(x, f, 1, 1'000'000, p.max_victims);
+      } else if (key == "max_preemption_searches") {
+        IntAs(x, f, 0, 1'000'000, p.max_preemption_searches);
       }
     });
   }
