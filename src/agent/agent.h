@@ -1,0 +1,148 @@
+// The node agent: registers the node with the server, runs the tasks the server asks
+// for, and reports on them (docs/agent-protocol.md, docs/agent.md).
+//
+// Run() is the agent's main loop on the calling thread; it starts one more thread that
+// keeps a long poll for commands outstanding. The main loop registers, applies
+// commands, reaps and escalates task processes, heartbeats every interval and at once
+// when a task starts or exits, and ships new log bytes and metrics lines at most every
+// ship_interval. A server that cannot be reached is retried with exponential backoff
+// capped at max_backoff while the tasks keep running; what happened meanwhile is
+// reported when it answers again. A 404 from the server means it lost this node: the
+// agent registers again with every task it still knows, then kills those the server
+// lists in `stop`.
+//
+// Shutdown() (from any thread) ends Run(): running tasks get SIGTERM and, after
+// stop_grace, SIGKILL (as a node drain would), a last heartbeat reports their exits,
+// and Run() returns.
+//
+// Thread-safety: Shutdown, Tasks and registrations are safe from any thread. All
+// mutable state is under one mutex; HTTP requests are made without holding it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/gpu.h"
+#include "agent/launcher.h"
+#include "agent/protocol.h"
+#include "core/status.h"
+#include "core/units.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace trainyard::agent {
+
+struct AgentOptions {
+  std::string server_url;  // "http://host:port"
+  std::string join_token;
+  std::string node_name;
+  std::string data_dir;  // logs/, metrics/, preempt/ live here
+  std::string address = "127.0.0.1";
+  int64_t cpus = 1;
+  int64_t memory_mib = 1024;
+  std::string leaf = "leaf-0";
+  std::string nvlink_domain;  // empty: the node name
+  std::map<std::string, std::string> labels;
+  // Until the server's register response names one.
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  Duration poll_wait = std::chrono::seconds(20);
+  Duration ship_interval = std::chrono::milliseconds(200);
+  Duration max_backoff = std::chrono::seconds(5);
+  Duration stop_grace = std::chrono::seconds(10);  // for the tasks, on Shutdown
+  // Said in every heartbeat's health message, e.g. why there are no GPUs.
+  std::string health_note;
+  // The wall clock; tests may replace it.
+  std::function<Timestamp()> now;
+  // Where the agent says what it does (a line at a time, no newline); default: nowhere.
+  std::function<void(const std::string&)> log;
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, std::unique_ptr<GpuBackend> gpus);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Runs until Shutdown(). Returns an error only when the server refuses this agent
+  // for good (400/401/403 on register: a bad token or an invalid node) or the GPUs
+  // cannot be listed.
+  Status Run();
+  void Shutdown();
+
+  // The tasks the agent knows (not yet acknowledged as finished), for tests and status.
+  std::vector<TaskStatus> Tasks() const;
+  // Invalid metrics lines skipped so far.
+  int64_t invalid_metrics_lines() const;
+
+ private:
+  struct Task {
+    TaskStatus status;
+    StartTask spec;
+    std::unique_ptr<TaskProcess> process;  // null when the start failed
+    std::string log_path;
+    std::string metrics_path;
+    std::string preempt_path;
+    int64_t log_offset = 0;
+    int64_t metrics_offset = 0;
+    bool acked = false;    // the server recorded its exit: ship what is left, then forget
+    bool orphan = false;   // the server does not know it: kill it, report nothing
+    bool drained = false;  // exited and every byte of its log and metrics shipped
+  };
+  struct HttpReply {
+    int status = 0;  // 0: no answer (connection failed, timed out)
+    nlohmann::json body;
+    std::string error;
+  };
+
+  HttpReply Post(httplib::Client& client, const std::string& path, const nlohmann::json& body);
+  Timestamp Now() const;
+  void Log(const std::string& line) const;
+  Duration Backoff(int failures) const;
+
+  // Main-loop steps. Each takes mu_ itself where it touches state.
+  Status Register();
+  void Heartbeat();
+  void ApplyCommands();
+  void StartTask(const StartTask& spec);
+  bool TickTasks();  // returns true when a task changed state
+  void Ship(bool force);
+  void PollLoop();
+  void ForgetFinished();
+  nlohmann::json TaskList(bool include_unacked_only) const;  // REQUIRES: mu_ held
+
+  const AgentOptions options_;
+  const std::unique_ptr<GpuBackend> gpus_;
+  std::vector<GpuDevice> devices_;
+  std::unique_ptr<httplib::Client> client_;       // main loop only
+  std::unique_ptr<httplib::Client> poll_client_;  // poll thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Task> tasks_;  // GUARDED_BY(mu_)
+  std::deque<Command> commands_;       // GUARDED_BY(mu_)
+  bool stopping_ = false;              // GUARDED_BY(mu_)
+  bool registered_ = false;            // GUARDED_BY(mu_)
+  bool poll_done_ = false;             // GUARDED_BY(mu_)
+  int64_t invalid_metrics_ = 0;        // GUARDED_BY(mu_)
+  Duration heartbeat_interval_;        // GUARDED_BY(mu_)
+  // Main-loop only.
+  int64_t seq_ = 0;
+  int failures_ = 0;
+  Timestamp next_attempt_{};
+  Timestamp next_heartbeat_{};
+  Timestamp next_ship_{};
+  bool unreachable_logged_ = false;
+};
+
+}  // namespace trainyard::agent

@@ -1,0 +1,448 @@
+#include "agent/agent.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+namespace trainyard::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+std::string Base64Decode(const std::string& in) {
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    acc = (acc << 6) | static_cast<uint32_t>(kAlphabet.find(c));
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+// The server side of docs/agent-protocol.md, just enough to drive an agent: records
+// what it receives, acknowledges every exit, hands out queued commands. Its state
+// survives Stop/Start, like a server restarted on a durable store.
+class FakeServer {
+ public:
+  ~FakeServer() { Stop(); }
+
+  void Start() {
+    server_ = std::make_unique<httplib::Server>();
+    Install(*server_);
+    if (port_ == 0) {
+      port_ = server_->bind_to_any_port("127.0.0.1");
+    } else {
+      ASSERT_TRUE(server_->bind_to_port("127.0.0.1", port_)) << "port " << port_ << " taken";
+    }
+    ASSERT_GT(port_, 0);
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+  }
+  void Stop() {
+    if (!server_) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  void Push(json command) {
+    std::lock_guard lock(mu_);
+    commands_.push_back(std::move(command));
+    cv_.notify_all();
+  }
+  void ForgetNodes(std::vector<std::string> stop_on_register) {
+    std::lock_guard lock(mu_);
+    known_.clear();
+    stop_on_register_ = std::move(stop_on_register);
+  }
+
+  std::vector<json> registers() {
+    std::lock_guard lock(mu_);
+    return registers_;
+  }
+  std::vector<json> heartbeats() {
+    std::lock_guard lock(mu_);
+    return heartbeats_;
+  }
+  // The latest status the server heard for a task; {} if none.
+  json task(const std::string& id) {
+    std::lock_guard lock(mu_);
+    auto it = tasks_.find(id);
+    return it == tasks_.end() ? json::object() : it->second;
+  }
+  // Every status the server heard for a task, in order.
+  std::vector<std::string> states(const std::string& id) {
+    std::lock_guard lock(mu_);
+    return states_[id];
+  }
+  std::string log(const std::string& id) {
+    std::lock_guard lock(mu_);
+    return logs_[id];
+  }
+  std::vector<json> metrics(const std::string& id) {
+    std::lock_guard lock(mu_);
+    return metrics_[id];
+  }
+
+ private:
+  void Reply(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+  }
+  bool Authorised(const httplib::Request& req, httplib::Response& res) {
+    if (req.get_header_value("Authorization") == "Bearer sesame") return true;
+    Reply(res, 401, {{"error", "bad join token"}});
+    return false;
+  }
+  // REQUIRES: mu_ held.
+  bool Known(const json& body, httplib::Response& res) {
+    std::string node = body.value("node", "");
+    if (known_.count(node)) return true;
+    Reply(res, 404, {{"error", "unknown node " + node}});
+    return false;
+  }
+  void Record(const json& tasks) {
+    for (const auto& t : tasks) {
+      std::string id = t["task_id"];
+      tasks_[id] = t;
+      auto& s = states_[id];
+      if (s.empty() || s.back() != t["state"]) s.push_back(t["state"]);
+    }
+  }
+
+  void Install(httplib::Server& s) {
+    s.Post("/api/v1/agent/register", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorised(req, res)) return;
+      json body = json::parse(req.body);
+      std::lock_guard lock(mu_);
+      registers_.push_back(body);
+      known_.insert(body["node"]["name"].get<std::string>());
+      Record(body["tasks"]);
+      Reply(res, 200, {{"heartbeat_interval_ms", 100}, {"stop", stop_on_register_}});
+    });
+    s.Post("/api/v1/agent/heartbeat", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorised(req, res)) return;
+      json body = json::parse(req.body);
+      std::lock_guard lock(mu_);
+      if (!Known(body, res)) return;
+      heartbeats_.push_back(body);
+      Record(body["tasks"]);
+      json ack = json::array();
+      for (const auto& t : body["tasks"]) {
+        if (t["state"] == "exited") ack.push_back(t["task_id"]);
+      }
+      Reply(res, 200, {{"ack", ack}});
+    });
+    s.Post("/api/v1/agent/poll", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorised(req, res)) return;
+      json body = json::parse(req.body);
+      std::unique_lock lock(mu_);
+      if (!Known(body, res)) return;
+      // Short waits, so that stopping the server never waits long on a handler.
+      cv_.wait_for(lock, milliseconds(std::min<int64_t>(body["wait_ms"].get<int64_t>(), 100)),
+                   [this] { return !commands_.empty(); });
+      json commands = json::array();
+      for (auto& c : commands_) commands.push_back(c);
+      commands_.clear();
+      Reply(res, 200, {{"commands", commands}});
+    });
+    s.Post("/api/v1/agent/logs", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorised(req, res)) return;
+      json body = json::parse(req.body);
+      std::lock_guard lock(mu_);
+      if (!Known(body, res)) return;
+      std::string& log = logs_[body["task_id"]];
+      if (body["offset"].get<size_t>() == log.size()) log += Base64Decode(body["data_b64"]);
+      Reply(res, 200, {{"next_offset", log.size()}});
+    });
+    s.Post("/api/v1/agent/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorised(req, res)) return;
+      json body = json::parse(req.body);
+      std::lock_guard lock(mu_);
+      if (!Known(body, res)) return;
+      for (const auto& l : body["lines"]) metrics_[body["task_id"]].push_back(l);
+      Reply(res, 200, {{"next_offset", body["end_offset"]}});
+    });
+  }
+
+  int port_ = 0;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::string> known_;
+  std::vector<std::string> stop_on_register_;
+  std::deque<json> commands_;
+  std::vector<json> registers_;
+  std::vector<json> heartbeats_;
+  std::map<std::string, json> tasks_;
+  std::map<std::string, std::vector<std::string>> states_;
+  std::map<std::string, std::string> logs_;
+  std::map<std::string, std::vector<json>> metrics_;
+};
+
+template <typename Pred>
+bool WaitUntil(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("trainyard-agent-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    server_.Start();
+  }
+  void TearDown() override {
+    StopAgent();
+    server_.Stop();
+    fs::remove_all(dir_);
+  }
+
+  AgentOptions Options() {
+    AgentOptions o;
+    o.server_url = server_.url();
+    o.join_token = "sesame";
+    o.node_name = "node-1";
+    o.data_dir = (dir_ / "data").string();
+    o.cpus = 8;
+    o.memory_mib = 65536;
+    o.labels = {{"zone", "a"}};
+    o.heartbeat_interval = milliseconds(100);
+    o.poll_wait = milliseconds(300);
+    o.max_backoff = milliseconds(200);
+    o.stop_grace = std::chrono::seconds(2);
+    if (getenv("TRAINYARD_AGENT_TEST_LOG") != nullptr) {
+      o.log = [](const std::string& line) { fprintf(stderr, "agent: %s\n", line.c_str()); };
+    }
+    return o;
+  }
+  void StartAgent(AgentOptions o) {
+    auto gpus = SimulatedGpus::Create(2, "H100", o.node_name, 1);
+    ASSERT_TRUE(gpus.ok());
+    agent_ = std::make_unique<Agent>(std::move(o), std::move(*gpus));
+    thread_ = std::thread([this] { result_ = agent_->Run(); });
+  }
+  void StopAgent() {
+    if (!agent_) return;
+    agent_->Shutdown();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // A task that prints, writes metrics, then waits for a file named `go` in its workdir.
+  json StartCommand(const std::string& id, int exit_code = 7) {
+    std::string script =
+        "echo hello; echo \"gpus=$CUDA_VISIBLE_DEVICES\"; "
+        "printf '{\"step\":1}\\nnot json\\n{\"step\":2}\\n{\"step\":' >> "
+        "\"$TRAINYARD_METRICS_FILE\"; "
+        "while [ ! -e go ]; do sleep 0.01; done; exit " +
+        std::to_string(exit_code);
+    return {{"kind", "start"},
+            {"task",
+             {{"task_id", id},
+              {"job_id", 5},
+              {"attempt", 1},
+              {"rank", std::stoi(id.substr(id.rfind('.') + 1))},
+              {"argv", {"/bin/sh", "-c", script}},
+              {"env", {{"RANK", "0"}}},
+              {"workdir", dir_.string()},
+              {"gpus", {1}}}}};
+  }
+  void Go() { std::ofstream(dir_ / "go") << ""; }
+  bool Known(const std::string& id) {
+    for (const auto& t : agent_->Tasks()) {
+      if (t.task_id == id) return true;
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  FakeServer server_;
+  std::unique_ptr<Agent> agent_;
+  std::thread thread_;
+  Status result_;
+};
+
+TEST_F(AgentTest, RegistersRunsATaskReportsItsExitAndShipsItsOutput) {
+  StartAgent(Options());
+  ASSERT_TRUE(WaitUntil([&] { return !server_.registers().empty(); }));
+  json reg = server_.registers()[0];
+  EXPECT_EQ(reg["node"]["name"], "node-1");
+  EXPECT_EQ(reg["node"]["gpu_type"], "H100");
+  EXPECT_EQ(reg["node"]["gpus"].size(), 2u);
+  EXPECT_EQ(reg["node"]["gpus"][1]["memory_mib"], 81559);
+  EXPECT_EQ(reg["node"]["nvlink_domain"], "node-1");
+  EXPECT_EQ(reg["node"]["labels"]["zone"], "a");
+  EXPECT_EQ(reg["node"]["simulated"], true);
+  EXPECT_TRUE(reg["tasks"].empty());
+
+  // Sent twice: a repeated start is ignored.
+  server_.Push(StartCommand("5.1.0"));
+  server_.Push(StartCommand("5.1.0"));
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  EXPECT_GT(server_.task("5.1.0")["pid"].get<int>(), 0);
+  // The simulated GPU the task holds shows the load.
+  ASSERT_TRUE(WaitUntil([&] {
+    auto hb = server_.heartbeats();
+    return !hb.empty() && hb.back()["gpus"][1]["util_pct"].get<double>() >= 90.0;
+  }));
+  EXPECT_EQ(server_.heartbeats().back()["gpus"][0]["util_pct"].get<double>(), 0.0);
+
+  Go();
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("5.1.0")["exit_code"], 7);
+  EXPECT_EQ(server_.task("5.1.0")["signal"], 0);
+  EXPECT_GT(server_.task("5.1.0")["finished_ms"].get<int64_t>(), 0);
+  EXPECT_EQ(server_.states("5.1.0"), (std::vector<std::string>{"running", "exited"}));
+  // Acknowledged, shipped, forgotten.
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Tasks().empty(); }));
+  EXPECT_TRUE(WaitUntil([&] { return server_.log("5.1.0") == "hello\ngpus=1\n"; }))
+      << server_.log("5.1.0");
+  ASSERT_TRUE(WaitUntil([&] { return server_.metrics("5.1.0").size() == 2; }));
+  EXPECT_EQ(server_.metrics("5.1.0")[1]["step"], 2);
+  EXPECT_TRUE(WaitUntil([&] { return agent_->invalid_metrics_lines() == 1; }));
+  EXPECT_TRUE(fs::exists(dir_ / "data" / "logs" / "5" / "1" / "rank-0.log"));
+
+  // Heartbeat sequence numbers go up by one.
+  auto hb = server_.heartbeats();
+  for (size_t i = 1; i < hb.size(); ++i) EXPECT_EQ(hb[i]["seq"], hb[i - 1]["seq"].get<int>() + 1);
+  StopAgent();
+  EXPECT_TRUE(result_.ok()) << result_.ToString();
+}
+
+TEST_F(AgentTest, ReportsAStartThatFailed) {
+  StartAgent(Options());
+  server_.Push(
+      {{"kind", "start"},
+       {"task", {{"task_id", "6.1.0"}, {"job_id", 6}, {"attempt", 1}, {"argv", {"/no/such"}}}}});
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("6.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("6.1.0")["exit_code"], 127);
+  EXPECT_EQ(server_.task("6.1.0")["message"], "execve /no/such: No such file or directory");
+  ASSERT_TRUE(WaitUntil([&] { return !server_.log("6.1.0").empty(); }));
+  EXPECT_EQ(server_.log("6.1.0"), "trainyard: execve /no/such: No such file or directory\n");
+}
+
+TEST_F(AgentTest, RegistersAgainOn404AndKillsTheTasksTheServerDisowns) {
+  StartAgent(Options());
+  server_.Push(StartCommand("5.1.0"));
+  server_.Push(StartCommand("5.1.1"));
+  ASSERT_TRUE(WaitUntil([&] {
+    return server_.task("5.1.0").value("state", "") == "running" &&
+           server_.task("5.1.1").value("state", "") == "running";
+  }));
+  pid_t disowned = server_.task("5.1.1")["pid"].get<int>();
+
+  server_.ForgetNodes({"5.1.1"});
+  ASSERT_TRUE(WaitUntil([&] { return server_.registers().size() >= 2; }));
+  json again = server_.registers()[1];
+  ASSERT_EQ(again["tasks"].size(), 2u);
+  EXPECT_EQ(again["tasks"][0]["task_id"], "5.1.0");
+  EXPECT_EQ(again["tasks"][0]["state"], "running");
+
+  ASSERT_TRUE(WaitUntil([&] { return !Known("5.1.1"); }));
+  // Killed and reaped by the agent.
+  EXPECT_TRUE(WaitUntil([&] { return kill(disowned, 0) == -1; }));
+  EXPECT_TRUE(Known("5.1.0"));
+  // The disowned task is never reported again.
+  size_t beats = server_.heartbeats().size();
+  ASSERT_TRUE(WaitUntil([&] { return server_.heartbeats().size() > beats + 1; }));
+  json last = server_.heartbeats().back();
+  for (const auto& t : last["tasks"]) EXPECT_NE(t["task_id"], "5.1.1");
+
+  // Shutdown stops what runs (SIGTERM) and reports it.
+  StopAgent();
+  EXPECT_TRUE(result_.ok());
+  EXPECT_EQ(server_.task("5.1.0")["state"], "exited");
+  EXPECT_EQ(server_.task("5.1.0")["signal"], SIGTERM);
+  EXPECT_EQ(server_.task("5.1.0")["exit_code"], -1);
+}
+
+TEST_F(AgentTest, KeepsTasksRunningWhileTheServerIsDownAndReportsLater) {
+  StartAgent(Options());
+  server_.Push(StartCommand("5.1.0", 3));
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  server_.Stop();
+
+  Go();
+  ASSERT_TRUE(WaitUntil([&] {
+    auto tasks = agent_->Tasks();
+    return tasks.size() == 1 && tasks[0].state == TaskState::kExited;
+  }));
+  EXPECT_EQ(agent_->Tasks()[0].exit_code, 3);
+  std::this_thread::sleep_for(milliseconds(300));  // a few failed retries
+  EXPECT_EQ(agent_->Tasks().size(), 1u) << "an unreported exit is kept";
+
+  server_.Start();
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("5.1.0")["exit_code"], 3);
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Tasks().empty(); }));
+  EXPECT_TRUE(WaitUntil([&] { return server_.log("5.1.0") == "hello\ngpus=1\n"; }))
+      << server_.log("5.1.0");
+  EXPECT_EQ(server_.registers().size(), 1u) << "the server kept the node; no new registration";
+}
+
+TEST_F(AgentTest, PreemptWritesTheNoticeAndSignalsTheTask) {
+  StartAgent(Options());
+  json start = StartCommand("5.1.0");
+  start["task"]["argv"] = {"/bin/sh", "-c",
+                           "trap 'cat \"$TRAINYARD_PREEMPT_FILE\"; exit 0' USR1; echo ready; "
+                           "while :; do sleep 0.01; done"};
+  server_.Push(start);
+  ASSERT_TRUE(WaitUntil([&] { return server_.log("5.1.0") == "ready\n"; }));
+  server_.Push(
+      {{"kind", "preempt"}, {"task_id", "5.1.0"}, {"signal", SIGUSR1}, {"grace_ms", 60000}});
+  server_.Push({{"kind", "stop"}, {"task_id", "no-such-task"}, {"grace_ms", 0}});
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("5.1.0")["exit_code"], 0);
+  EXPECT_TRUE(WaitUntil([&] {
+    return server_.log("5.1.0").find("\"deadline_ms\"") != std::string::npos;
+  })) << server_.log("5.1.0");
+  EXPECT_TRUE(fs::exists(dir_ / "data" / "preempt" / "5" / "1" / "rank-0.json"));
+}
+
+TEST_F(AgentTest, StopCommandEndsTheTask) {
+  StartAgent(Options());
+  server_.Push(StartCommand("5.1.0"));
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  server_.Push({{"kind", "stop"}, {"task_id", "5.1.0"}, {"grace_ms", 5000}});
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("5.1.0")["signal"], SIGTERM);
+}
+
+TEST_F(AgentTest, ABadJoinTokenEndsRunWithTheServersReason) {
+  AgentOptions o = Options();
+  o.join_token = "wrong";
+  StartAgent(o);
+  thread_.join();
+  agent_.reset();
+  ASSERT_FALSE(result_.ok());
+  EXPECT_EQ(result_.message(), "register: the server refused node node-1: 401 bad join token");
+}
+
+}  // namespace
+}  // namespace trainyard::agent

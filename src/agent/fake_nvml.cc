@@ -1,0 +1,83 @@
+// A stand-in for libnvidia-ml.so.1, built as a shared library for nvml_test: two GPUs,
+// the second without ECC support and with power throttling, so that the loader, the
+// per-field "unavailable" handling and the unit conversions run without a driver.
+#include <cstring>
+
+extern "C" {
+struct nvmlDevice_st {
+  int index;
+};
+struct nvmlMemory_t {
+  unsigned long long total, free, used;
+};
+struct nvmlUtilization_t {
+  unsigned int gpu, memory;
+};
+
+static nvmlDevice_st g_devices[2] = {{0}, {1}};
+static int g_initialised = 0;
+
+int nvmlInit_v2() {
+  ++g_initialised;
+  return 0;
+}
+int nvmlShutdown() {
+  --g_initialised;
+  return 0;
+}
+const char* nvmlErrorString(int r) { return r == 3 ? "Not Supported" : "Unknown Error"; }
+int nvmlDeviceGetCount_v2(unsigned int* n) {
+  *n = 2;
+  return 0;
+}
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_st** d) {
+  if (i >= 2) return 2;  // NVML_ERROR_INVALID_ARGUMENT
+  *d = &g_devices[i];
+  return 0;
+}
+int nvmlDeviceGetName(nvmlDevice_st* d, char* buf, unsigned int len) {
+  const char* name = d->index == 0 ? "NVIDIA H100 80GB HBM3" : "Tesla V100-SXM2-16GB";
+  std::strncpy(buf, name, len - 1);
+  return 0;
+}
+int nvmlDeviceGetUUID(nvmlDevice_st* d, char* buf, unsigned int len) {
+  const char* uuid = d->index == 0 ? "GPU-00000000-1111-2222-3333-444444444444"
+                                   : "GPU-55555555-6666-7777-8888-999999999999";
+  std::strncpy(buf, uuid, len - 1);
+  return 0;
+}
+int nvmlDeviceGetMemoryInfo(nvmlDevice_st*, nvmlMemory_t* m) {
+  m->total = 81559ULL << 20;
+  m->used = 1024ULL << 20;
+  m->free = m->total - m->used;
+  return 0;
+}
+int nvmlDeviceGetUtilizationRates(nvmlDevice_st* d, nvmlUtilization_t* u) {
+  u->gpu = d->index == 0 ? 97 : 0;
+  u->memory = 50;
+  return 0;
+}
+int nvmlDeviceGetTemperature(nvmlDevice_st*, int sensor, unsigned int* t) {
+  if (sensor != 0) return 2;
+  *t = 71;
+  return 0;
+}
+int nvmlDeviceGetPowerUsage(nvmlDevice_st*, unsigned int* mw) {
+  *mw = 612500;
+  return 0;
+}
+int nvmlDeviceGetClockInfo(nvmlDevice_st*, int type, unsigned int* mhz) {
+  if (type != 1) return 2;
+  *mhz = 1980;
+  return 0;
+}
+int nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_st* d, unsigned long long* r) {
+  *r = d->index == 0 ? 0x1ULL /* idle: not throttling */ : 0x4ULL /* SW power cap */;
+  return 0;
+}
+int nvmlDeviceGetTotalEccErrors(nvmlDevice_st* d, int, int, unsigned long long* n) {
+  if (d->index == 1) return 3;  // NVML_ERROR_NOT_SUPPORTED
+  *n = 2;
+  return 0;
+}
+}

@@ -1,0 +1,199 @@
+#include "agent/gpu.h"
+
+#include <gtest/gtest.h>
+
+#include "agent/nvml.h"
+#include "core/names.h"
+
+namespace trainyard::agent {
+namespace {
+
+using std::chrono::seconds;
+const Timestamp kT0 = Timestamp{} + std::chrono::hours(24 * 365 * 56);
+
+TEST(GpuTypeFromModelNameTest, MapsDriverNamesToTypes) {
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA H100 80GB HBM3"), "H100");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA H100 PCIe"), "H100");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA H200"), "H200");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA GH200 480GB"), "GH200");
+  EXPECT_EQ(GpuTypeFromModelName("Tesla V100-SXM2-16GB"), "V100");
+  EXPECT_EQ(GpuTypeFromModelName("Tesla V100S-PCIE-32GB"), "V100S");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA A100-SXM4-80GB"), "A100");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA A100 80GB PCIe"), "A100");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA A10G"), "A10G");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA L40S"), "L40S");
+  EXPECT_EQ(GpuTypeFromModelName("Tesla P40"), "P40");
+  EXPECT_EQ(GpuTypeFromModelName("Tesla T4"), "T4");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA B200"), "B200");
+  EXPECT_EQ(GpuTypeFromModelName("  NVIDIA H100 NVL "), "H100");
+}
+
+TEST(GpuTypeFromModelNameTest, UnknownModelsBecomeValidNames) {
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA RTX A6000"), "RTX-A6000");
+  EXPECT_EQ(GpuTypeFromModelName("NVIDIA GeForce RTX 4090"), "RTX-4090");
+  EXPECT_EQ(GpuTypeFromModelName("Quadro RTX 8000 (rev 2)"), "RTX-8000-rev-2");
+  EXPECT_EQ(GpuTypeFromModelName(""), "unknown");
+  EXPECT_EQ(GpuTypeFromModelName("???"), "unknown");
+  std::string long_name = GpuTypeFromModelName(std::string(200, 'x'));
+  EXPECT_TRUE(ValidateName("gpu_type", long_name).ok());
+}
+
+TEST(SimulatedGpusTest, DiscoversGpusOfTheType) {
+  auto gpus = SimulatedGpus::Create(4, "H100", "node-1", 1);
+  ASSERT_TRUE(gpus.ok());
+  auto devices = (*gpus)->Discover();
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 4u);
+  EXPECT_EQ((*devices)[3].index, 3);
+  EXPECT_EQ((*devices)[0].type, "H100");
+  EXPECT_EQ((*devices)[0].memory_mib, 81559);
+  EXPECT_EQ((*devices)[0].uuid.substr(0, 4), "GPU-");
+  EXPECT_NE((*devices)[0].uuid, (*devices)[1].uuid);
+  // Stable across restarts of the same node, different on another node.
+  auto again = SimulatedGpus::Create(4, "H100", "node-1", 99);
+  auto other = SimulatedGpus::Create(4, "H100", "node-2", 1);
+  EXPECT_EQ((*(*again)->Discover())[0].uuid, (*devices)[0].uuid);
+  EXPECT_NE((*(*other)->Discover())[0].uuid, (*devices)[0].uuid);
+}
+
+TEST(SimulatedGpusTest, RejectsUnknownTypeNamingKnownOnes) {
+  auto gpus = SimulatedGpus::Create(2, "X999", "n", 1);
+  ASSERT_FALSE(gpus.ok());
+  EXPECT_EQ(gpus.status().message(),
+            "--gpu-type: unknown GPU type \"X999\" for simulated GPUs; known: " + KnownGpuTypes());
+  EXPECT_FALSE(SimulatedGpus::Create(65, "H100", "n", 1).ok());
+}
+
+TEST(SimulatedGpusTest, TelemetryFollowsTheWork) {
+  auto created = SimulatedGpus::Create(2, "H100", "node-1", 7);
+  SimulatedGpus& gpus = **created;
+  auto idle = gpus.Sample(kT0);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(*(*idle)[0].util_pct, 0.0);
+  EXPECT_NEAR(*(*idle)[0].temp_c, 35.0, 1.0);
+  EXPECT_EQ(*(*idle)[0].mem_used_mib, 0);
+
+  gpus.SetBusyGpus({0});
+  std::vector<GpuSample> s;
+  for (int i = 1; i <= 300; ++i) s = *gpus.Sample(kT0 + seconds(i));
+  EXPECT_GE(*s[0].util_pct, 90.0);
+  EXPECT_LE(*s[0].util_pct, 99.0);
+  EXPECT_GT(*s[0].temp_c, 70.0);
+  EXPECT_LT(*s[0].temp_c, 80.0);
+  EXPECT_GT(*s[0].power_w, 600.0);
+  EXPECT_GT(*s[0].mem_used_mib, 60000);
+  EXPECT_EQ(*s[0].sm_clock_mhz, 1980);
+  EXPECT_FALSE(*s[0].throttled);
+  // The other GPU stayed idle.
+  EXPECT_EQ(*s[1].util_pct, 0.0);
+  EXPECT_NEAR(*s[1].temp_c, 35.0, 1.0);
+  EXPECT_NEAR(*s[1].power_w, 70.0, 1.0);
+
+  // Heating takes time: one second in, the GPU is far from its busy temperature.
+  auto fresh = SimulatedGpus::Create(1, "H100", "node-1", 7);
+  (*fresh)->SetBusyGpus({0});
+  (void)(*fresh)->Sample(kT0);
+  auto one = *(*fresh)->Sample(kT0 + seconds(1));
+  EXPECT_LT(*one[0].temp_c, 40.0);
+}
+
+TEST(SimulatedGpusTest, SameSeedSameTelemetry) {
+  auto a = SimulatedGpus::Create(2, "A100", "n", 42);
+  auto b = SimulatedGpus::Create(2, "A100", "n", 42);
+  (*a)->SetBusyGpus({0, 1});
+  (*b)->SetBusyGpus({0, 1});
+  for (int i = 0; i < 10; ++i) {
+    auto sa = *(*a)->Sample(kT0 + seconds(i));
+    auto sb = *(*b)->Sample(kT0 + seconds(i));
+    EXPECT_EQ(*sa[1].util_pct, *sb[1].util_pct);
+    EXPECT_EQ(*sa[1].temp_c, *sb[1].temp_c);
+  }
+}
+
+TEST(SimulatedGpusTest, FaultsShowInTelemetry) {
+  auto created = SimulatedGpus::Create(4, "H100", "node-1", 3);
+  SimulatedGpus& gpus = **created;
+  gpus.SetBusyGpus({0, 1, 2, 3});
+  ASSERT_TRUE(gpus.SetFaults(0, {.xid = 79}).ok());
+  ASSERT_TRUE(gpus.SetFaults(0, {.xid = 48, .ecc_uncorrectable = 3}).ok());
+  ASSERT_TRUE(gpus.SetFaults(1, {.thermal = true}).ok());
+  ASSERT_TRUE(gpus.SetFaults(2, {.slow = true}).ok());
+  ASSERT_TRUE(gpus.SetFaults(3, {.hang = true}).ok());
+  EXPECT_EQ(gpus.SetFaults(4, {}).message(), "gpu: no simulated GPU 4; this node has 4");
+  std::vector<GpuSample> s;
+  for (int i = 0; i <= 300; ++i) s = *gpus.Sample(kT0 + seconds(i));
+  EXPECT_EQ(*s[0].xid_last, 48);
+  EXPECT_EQ(*s[0].xid_count, 2);
+  EXPECT_EQ(*s[0].ecc_uncorrectable, 3);
+  EXPECT_TRUE(*s[1].throttled);
+  EXPECT_GT(*s[1].temp_c, 88.0);
+  EXPECT_LT(*s[1].sm_clock_mhz, 1980);
+  EXPECT_LT(*s[2].util_pct, 60.0);
+  EXPECT_GT(*s[2].util_pct, 0.0);
+  EXPECT_LT(*s[2].sm_clock_mhz, 1980);
+  EXPECT_EQ(*s[3].util_pct, 0.0);
+  EXPECT_GT(*s[3].mem_used_mib, 0) << "a hung GPU still holds its memory";
+  // Clearing a fault keeps the counters (they count events, not state).
+  ASSERT_TRUE(gpus.SetFaults(0, {}).ok());
+  s = *gpus.Sample(kT0 + seconds(301));
+  EXPECT_EQ(*s[0].xid_count, 2);
+  EXPECT_EQ(*s[0].ecc_uncorrectable, 3);
+}
+
+TEST(NvmlGpusTest, MissingLibrarySaysWhatToDo) {
+  auto nvml = NvmlGpus::Open("libnvidia-ml-does-not-exist.so.1");
+  ASSERT_FALSE(nvml.ok());
+  EXPECT_EQ(nvml.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(nvml.status().message(),
+            "NVML: libnvidia-ml-does-not-exist.so.1 not found (no NVIDIA driver?); use "
+            "--simulated-gpus N to run without GPUs");
+}
+
+TEST(NvmlGpusTest, DefaultLibraryAbsentOnThisMachineOrLoads) {
+  // The build machines have no driver; on one that has, Open must succeed instead.
+  auto nvml = NvmlGpus::Open();
+  if (!nvml.ok()) {
+    EXPECT_EQ(nvml.status().message(),
+              "NVML: libnvidia-ml.so.1 not found (no NVIDIA driver?); use --simulated-gpus N "
+              "to run without GPUs");
+  }
+}
+
+TEST(NvmlGpusTest, LibraryWithoutNvmlIsRejected) {
+  auto nvml = NvmlGpus::Open("libm.so.6");
+  ASSERT_FALSE(nvml.ok());
+  EXPECT_EQ(nvml.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(nvml.status().message().find("libm.so.6 has no nvmlInit_v2"), std::string::npos)
+      << nvml.status().message();
+}
+
+TEST(NvmlGpusTest, ReadsDevicesAndTelemetryThroughTheLoadedLibrary) {
+  auto nvml = NvmlGpus::Open(TRAINYARD_FAKE_NVML);
+  ASSERT_TRUE(nvml.ok()) << nvml.status().ToString();
+  auto devices = (*nvml)->Discover();
+  ASSERT_TRUE(devices.ok()) << devices.status().ToString();
+  ASSERT_EQ(devices->size(), 2u);
+  EXPECT_EQ((*devices)[0].type, "H100");
+  EXPECT_EQ((*devices)[0].model_name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ((*devices)[0].uuid, "GPU-00000000-1111-2222-3333-444444444444");
+  EXPECT_EQ((*devices)[0].memory_mib, 81559);
+  EXPECT_EQ((*devices)[1].type, "V100");
+
+  auto samples = (*nvml)->Sample(kT0);
+  ASSERT_TRUE(samples.ok());
+  const GpuSample& a = (*samples)[0];
+  EXPECT_EQ(*a.util_pct, 97.0);
+  EXPECT_EQ(*a.mem_used_mib, 1024);
+  EXPECT_EQ(*a.temp_c, 71.0);
+  EXPECT_DOUBLE_EQ(*a.power_w, 612.5);
+  EXPECT_EQ(*a.sm_clock_mhz, 1980);
+  EXPECT_FALSE(*a.throttled);
+  EXPECT_EQ(*a.ecc_uncorrectable, 2);
+  EXPECT_FALSE(a.xid_count.has_value());
+  const GpuSample& b = (*samples)[1];
+  EXPECT_TRUE(*b.throttled);
+  EXPECT_FALSE(b.ecc_uncorrectable.has_value()) << "unsupported ECC is unavailable, not an error";
+}
+
+}  // namespace
+}  // namespace trainyard::agent

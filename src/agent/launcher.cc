@@ -1,0 +1,262 @@
+#include "agent/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace trainyard::agent {
+namespace {
+
+// What the child reports through the close-on-exec pipe when it fails before execve
+// succeeds; a successful execve closes the pipe and the parent reads nothing.
+struct ChildFailure {
+  int stage;  // kStage*
+  int error;  // errno
+};
+constexpr int kStageSetsid = 1;
+constexpr int kStageChdir = 2;
+constexpr int kStageExec = 3;
+
+// Only async-signal-safe calls from here on: the agent is multithreaded, so the child
+// of fork() may not allocate or take locks.
+[[noreturn]] void ChildFail(int pipe_fd, int stage) {
+  ChildFailure f{stage, errno};
+  ssize_t unused = write(pipe_fd, &f, sizeof f);
+  (void)unused;
+  _exit(127);
+}
+
+void CloseFrom(int first, int keep) {
+  if (keep >= first) {
+    if (keep > first && close_range(first, keep - 1, 0) != 0) {
+      for (int fd = first; fd < keep; ++fd) close(fd);
+    }
+    first = keep + 1;
+  }
+  if (close_range(first, ~0U, 0) != 0) {
+    for (int fd = first; fd < 65536; ++fd) close(fd);
+  }
+}
+
+int DupAbove2(int fd) {
+  if (fd > 2) return fd;
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  close(fd);
+  return moved;
+}
+
+std::string Errno(int e) { return std::strerror(e); }
+
+}  // namespace
+
+std::string ResolveProgram(const std::string& program, const std::string& path_value) {
+  if (program.find('/') != std::string::npos) return program;
+  size_t start = 0;
+  while (start <= path_value.size()) {
+    size_t end = path_value.find(':', start);
+    if (end == std::string::npos) end = path_value.size();
+    std::string dir = path_value.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + program;
+    struct stat st {};
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) {
+  if (spec.argv.empty() || spec.argv[0].empty()) {
+    return InvalidArgument("argv: must name a program, got an empty argv");
+  }
+  std::string path_value;
+  if (auto it = spec.env.find("PATH"); it != spec.env.end()) {
+    path_value = it->second;
+  } else if (const char* p = getenv("PATH")) {
+    path_value = p;
+  }
+  std::string program = ResolveProgram(spec.argv[0], path_value);
+  if (program.empty()) {
+    return NotFound("execve " + spec.argv[0] + ": not found in PATH " + path_value);
+  }
+
+  // Everything the child needs is built before fork: it may not allocate.
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  std::error_code ec;
+  std::filesystem::path log_path(spec.log_path);
+  if (log_path.has_parent_path()) {
+    std::filesystem::create_directories(log_path.parent_path(), ec);
+    if (ec) {
+      return Internal("log file " + spec.log_path +
+                      ": cannot create its directory: " + ec.message());
+    }
+  }
+  int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return Internal("log file " + spec.log_path + ": " + Errno(errno));
+  log_fd = DupAbove2(log_fd);
+  int null_fd = DupAbove2(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  int pipe_fds[2];
+  if (null_fd < 0 || log_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    int e = errno;
+    if (log_fd >= 0) close(log_fd);
+    if (null_fd >= 0) close(null_fd);
+    return Internal("starting " + spec.argv[0] + ": " + Errno(e));
+  }
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(log_fd);
+    close(null_fd);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return ResourceExhausted("fork: " + Errno(e));
+  }
+  if (pid == 0) {
+    const int err_fd = pipe_fds[1];
+    // The agent may block or handle signals; a task starts with the defaults.
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, nullptr);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
+    if (setsid() < 0) ChildFail(err_fd, kStageSetsid);
+    if (!spec.workdir.empty() && chdir(spec.workdir.c_str()) != 0) {
+      ChildFail(err_fd, kStageChdir);
+    }
+    dup2(null_fd, 0);
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+    CloseFrom(3, err_fd);
+    execve(program.c_str(), argv.data(), envp.data());
+    ChildFail(err_fd, kStageExec);
+  }
+
+  close(pipe_fds[1]);
+  close(log_fd);
+  close(null_fd);
+  ChildFailure failure{};
+  ssize_t n;
+  do {
+    n = read(pipe_fds[0], &failure, sizeof failure);
+  } while (n < 0 && errno == EINTR);
+  close(pipe_fds[0]);
+  if (n == static_cast<ssize_t>(sizeof failure)) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    std::string what = failure.stage == kStageChdir    ? "chdir " + spec.workdir
+                       : failure.stage == kStageSetsid ? std::string("setsid")
+                                                       : "execve " + program;
+    Status s(failure.error == ENOENT ? StatusCode::kNotFound : StatusCode::kFailedPrecondition,
+             what + ": " + Errno(failure.error));
+    return s;
+  }
+  return std::unique_ptr<TaskProcess>(new TaskProcess(pid));
+}
+
+TaskProcess::~TaskProcess() = default;
+
+bool TaskProcess::Poll() {
+  if (exited_) return true;
+  int status = 0;
+  pid_t r = waitpid(pid_, &status, WNOHANG);
+  if (r == 0) return false;
+  if (r < 0 && errno == EINTR) return false;
+  exited_ = true;
+  if (r == pid_ && WIFEXITED(status)) {
+    exit_code_ = WEXITSTATUS(status);
+  } else if (r == pid_ && WIFSIGNALED(status)) {
+    signal_ = WTERMSIG(status);
+  }
+  // The leader is gone; its group may not outlive it. The group id cannot have been
+  // reused while any member is alive, so this reaches only our stragglers.
+  kill(-pid_, SIGKILL);
+  return true;
+}
+
+void TaskProcess::Signal(int sig) {
+  if (exited_) return;
+  kill(-pid_, sig);
+}
+
+void TaskProcess::Stop(Duration grace, Timestamp now) {
+  if (Poll() || phase_ == Phase::kKilled) return;
+  if (grace <= Duration::zero()) {
+    Signal(SIGKILL);
+    phase_ = Phase::kKilled;
+    return;
+  }
+  if (phase_ == Phase::kTerm) {
+    kill_at_ = std::min(kill_at_, now + grace);
+    return;
+  }
+  Signal(SIGTERM);
+  phase_ = Phase::kTerm;
+  kill_at_ = now + grace;
+}
+
+Status TaskProcess::Preempt(int sig, Duration grace, Timestamp now,
+                            const std::string& notice_file) {
+  if (Poll() || phase_ != Phase::kRunning) return Status::Ok();
+  Status written = Status::Ok();
+  if (!notice_file.empty()) {
+    Timestamp deadline = now + grace;
+    nlohmann::json notice = {{"deadline_ms", deadline.time_since_epoch().count()},
+                             {"signal", sig},
+                             {"grace_ms", grace.count()}};
+    std::filesystem::path path(notice_file);
+    std::error_code ec;
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+    // Write then rename, so the task never reads half a notice.
+    std::string tmp = notice_file + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << notice.dump() << "\n";
+      if (!f) ec = std::make_error_code(std::errc::io_error);
+    }
+    if (!ec) std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+      written = Internal("preempt notice file " + notice_file + ": " + ec.message());
+    }
+  }
+  Signal(sig);
+  phase_ = Phase::kNotice;
+  term_at_ = now + grace;
+  return written;
+}
+
+void TaskProcess::Tick(Timestamp now) {
+  if (Poll()) return;
+  if (phase_ == Phase::kNotice && now >= term_at_) {
+    Signal(SIGTERM);
+    phase_ = Phase::kTerm;
+    kill_at_ = now + kPreemptKillDelay;
+  }
+  if (phase_ == Phase::kTerm && now >= kill_at_) {
+    Signal(SIGKILL);
+    phase_ = Phase::kKilled;
+  }
+}
+
+}  // namespace trainyard::agent

@@ -1,0 +1,98 @@
+// Task launcher: runs one task (one rank) as its own session and process group, and
+// stops it with the escalation the preemption protocol prescribes.
+//
+// A task is started with fork + setsid + execve of an argv vector and an explicit
+// environment (never through a shell), in its workdir, with stdout and stderr appended
+// to one log file. Signals go to the whole process group, so a rank's own children
+// (data loader workers, a wrapper script's child) are stopped with it. When the leader
+// exits, whatever is left of its group is killed: a task's processes never outlive it.
+//
+// Escalation is a state machine driven by Tick(now) with the time handed in: Stop and
+// Preempt send the first signal at once and record deadlines; Tick sends the later
+// signals when their deadlines pass. Tests drive it with a fake time.
+//
+// Thread-safety: a TaskProcess is not thread-safe; its owner serialises calls. Start
+// may be called from any thread (the child only makes async-signal-safe calls).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/units.h"
+
+namespace trainyard::agent {
+
+struct LaunchSpec {
+  // argv[0] is a path, or a bare name looked up in the PATH of `env` (then of the agent).
+  std::vector<std::string> argv;
+  // The task's whole environment: nothing else is inherited.
+  std::map<std::string, std::string> env;
+  std::string workdir;   // empty: the agent's working directory
+  std::string log_path;  // stdout+stderr appended here; parent directories are created
+};
+
+// SIGKILL follows the SIGTERM of a preemption this long after it.
+inline constexpr Duration kPreemptKillDelay = std::chrono::seconds(10);
+
+class TaskProcess {
+ public:
+  // Starts the task. Returns an error when the log file cannot be opened, or when the
+  // child could not chdir or execve (then the message says which and why, e.g.
+  // "execve /no/such: No such file or directory"); the child has been reaped by then.
+  static Result<std::unique_ptr<TaskProcess>> Start(const LaunchSpec& spec);
+
+  ~TaskProcess();  // does not kill the task: callers decide (see Stop).
+  TaskProcess(const TaskProcess&) = delete;
+  TaskProcess& operator=(const TaskProcess&) = delete;
+
+  pid_t pid() const { return pid_; }  // also the process group and session id
+
+  // Reaps the leader if it has exited (non-blocking). Returns true once it has exited.
+  bool Poll();
+  bool exited() const { return exited_; }
+  // Valid once exited(): exit_code >= 0 for a normal exit (then signal == 0), or
+  // exit_code == -1 and the signal that killed it.
+  int exit_code() const { return exit_code_; }
+  int term_signal() const { return signal_; }
+
+  // Sends `sig` to the whole group. No-op once exited.
+  void Signal(int sig);
+
+  // SIGTERM to the group now, SIGKILL at now + grace (unless it exits first). A second
+  // Stop never postpones an earlier SIGKILL deadline.
+  void Stop(Duration grace, Timestamp now);
+
+  // Writes the preemption notice file (JSON: {"deadline_ms", "signal", "grace_ms"}) when
+  // `notice_file` is not empty, sends `sig` to the group, then SIGTERM at now + grace and
+  // SIGKILL kPreemptKillDelay later. Ignored when a Stop or Preempt is already under way.
+  Status Preempt(int sig, Duration grace, Timestamp now, const std::string& notice_file);
+
+  // Reaps, then sends any signal whose deadline has passed.
+  void Tick(Timestamp now);
+
+  // True while a Stop or Preempt is under way or done.
+  bool stopping() const { return phase_ != Phase::kRunning; }
+
+ private:
+  enum class Phase { kRunning, kNotice, kTerm, kKilled };
+  explicit TaskProcess(pid_t pid) : pid_(pid) {}
+
+  pid_t pid_;
+  bool exited_ = false;
+  int exit_code_ = -1;
+  int signal_ = 0;
+  Phase phase_ = Phase::kRunning;
+  Timestamp term_at_{};  // kNotice: when SIGTERM goes out
+  Timestamp kill_at_{};  // kTerm: when SIGKILL goes out
+};
+
+// Resolves a bare program name against a PATH value ("a:b:c"); a name with a '/' is
+// returned as is. Returns empty when nothing executable is found.
+std::string ResolveProgram(const std::string& program, const std::string& path_value);
+
+}  // namespace trainyard::agent

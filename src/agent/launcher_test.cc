@@ -1,0 +1,228 @@
+#include "agent/launcher.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace trainyard::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const Timestamp kT0 = Timestamp{} + std::chrono::hours(24 * 365 * 56);
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("trainyard-launcher-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  LaunchSpec Spec(std::vector<std::string> argv) {
+    LaunchSpec s;
+    s.argv = std::move(argv);
+    s.env = {{"PATH", "/usr/bin:/bin"}};
+    s.log_path = (dir_ / "logs" / "7" / "1" / "rank-0.log").string();
+    return s;
+  }
+
+  std::string Log() {
+    std::ifstream f(dir_ / "logs" / "7" / "1" / "rank-0.log");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+  fs::path dir_;
+};
+
+// Polls until the leader has exited; fails the test after a generous deadline.
+void WaitExit(TaskProcess& p) {
+  auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (!p.Poll()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "task did not exit";
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return true;
+}
+
+// Live (non-zombie) processes whose process group is `pgid`, read from /proc: killed
+// grandchildren may linger as zombies of whatever reaps orphans here, which is not ours.
+int LiveInGroup(pid_t pgid) {
+  int n = 0;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    // pid (comm) state ppid pgrp ...; comm may hold spaces, so parse after the last ')'.
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    rest >> state >> ppid >> pgrp;
+    if (pgrp == pgid && state != 'Z' && state != 'X') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+TEST_F(LauncherTest, ReportsExitCodes) {
+  auto t = TaskProcess::Start(Spec({"/bin/true"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WaitExit(**t);
+  EXPECT_EQ((*t)->exit_code(), 0);
+  EXPECT_EQ((*t)->term_signal(), 0);
+
+  auto f = TaskProcess::Start(Spec({"/bin/false"}));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  WaitExit(**f);
+  EXPECT_EQ((*f)->exit_code(), 1);
+
+  auto e = TaskProcess::Start(Spec({"/bin/sh", "-c", "exit 42"}));
+  ASSERT_TRUE(e.ok());
+  WaitExit(**e);
+  EXPECT_EQ((*e)->exit_code(), 42);
+}
+
+TEST_F(LauncherTest, AppendsStdoutAndStderrToOneLogCreatingDirectories) {
+  for (int i = 0; i < 2; ++i) {
+    auto t = TaskProcess::Start(Spec({"/bin/sh", "-c", "echo out; echo err >&2"}));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    WaitExit(**t);
+  }
+  EXPECT_EQ(Log(), "out\nerr\nout\nerr\n");
+}
+
+TEST_F(LauncherTest, UsesOnlyTheGivenEnvironmentAndWorkdir) {
+  setenv("TRAINYARD_LAUNCHER_TEST_LEAK", "leaked", 1);
+  LaunchSpec s = Spec({"sh", "-c", "echo \"$FOO|$TRAINYARD_LAUNCHER_TEST_LEAK|$(pwd)\""});
+  s.env["FOO"] = "bar baz";
+  s.workdir = dir_.string();
+  auto t = TaskProcess::Start(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WaitExit(**t);
+  EXPECT_EQ(Log(), "bar baz||" + fs::canonical(dir_).string() + "\n");
+  unsetenv("TRAINYARD_LAUNCHER_TEST_LEAK");
+}
+
+TEST_F(LauncherTest, ExecveFailureIsReportedToTheCaller) {
+  auto t = TaskProcess::Start(Spec({"/no/such"}));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "execve /no/such: No such file or directory");
+
+  auto bare = TaskProcess::Start(Spec({"no-such-program-xyz"}));
+  ASSERT_FALSE(bare.ok());
+  EXPECT_EQ(bare.status().message(), "execve no-such-program-xyz: not found in PATH /usr/bin:/bin");
+
+  LaunchSpec s = Spec({"/bin/true"});
+  s.workdir = (dir_ / "missing").string();
+  auto c = TaskProcess::Start(s);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "chdir " + s.workdir + ": No such file or directory");
+}
+
+TEST_F(LauncherTest, StopKillsTheWholeGroupIncludingGrandchildren) {
+  // The shell ignores SIGTERM (and so does its child, which inherits that), so only the
+  // SIGKILL at the end of the grace period ends them.
+  auto t = TaskProcess::Start(
+      Spec({"/bin/sh", "-c", "trap '' TERM; sleep 100 & echo ready; wait; wait"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  TaskProcess& p = **t;
+  ASSERT_TRUE(WaitFor([&] { return Log() == "ready\n"; }));
+  EXPECT_EQ(LiveInGroup(p.pid()), 2);
+
+  p.Stop(seconds(5), kT0);
+  EXPECT_TRUE(p.stopping());
+  p.Tick(kT0 + seconds(4));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(p.Poll()) << "SIGTERM is ignored; nothing may die before the grace ends";
+  p.Tick(kT0 + seconds(5));
+  WaitExit(p);
+  EXPECT_EQ(p.exit_code(), -1);
+  EXPECT_EQ(p.term_signal(), SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return LiveInGroup(p.pid()) == 0; }));
+}
+
+TEST_F(LauncherTest, StopEndsAGroupThatHonoursSigterm) {
+  auto t = TaskProcess::Start(Spec({"/bin/sh", "-c", "sleep 100 & echo ready; wait"}));
+  ASSERT_TRUE(t.ok());
+  TaskProcess& p = **t;
+  ASSERT_TRUE(WaitFor([&] { return Log() == "ready\n"; }));
+  p.Stop(seconds(30), kT0);
+  WaitExit(p);
+  EXPECT_EQ(p.term_signal(), SIGTERM);
+  EXPECT_TRUE(WaitFor([&] { return LiveInGroup(p.pid()) == 0; }));
+}
+
+TEST_F(LauncherTest, LeaderExitTakesItsStragglersWithIt) {
+  auto t = TaskProcess::Start(Spec({"/bin/sh", "-c", "sleep 100 & echo ready"}));
+  ASSERT_TRUE(t.ok());
+  WaitExit(**t);
+  EXPECT_EQ((*t)->exit_code(), 0);
+  EXPECT_TRUE(WaitFor([&] { return LiveInGroup((*t)->pid()) == 0; }));
+}
+
+TEST_F(LauncherTest, PreemptWritesNoticeSignalsThenEscalates) {
+  std::string notice = (dir_ / "preempt" / "notice.json").string();
+  auto t = TaskProcess::Start(
+      Spec({"/bin/sh", "-c",
+            "trap 'echo notice' USR1; trap '' TERM; echo ready; while :; do sleep 0.02; done"}));
+  ASSERT_TRUE(t.ok());
+  TaskProcess& p = **t;
+  ASSERT_TRUE(WaitFor([&] { return Log() == "ready\n"; }));
+
+  ASSERT_TRUE(p.Preempt(SIGUSR1, seconds(30), kT0, notice).ok());
+  std::ifstream f(notice);
+  auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["deadline_ms"].get<int64_t>(), (kT0 + seconds(30)).time_since_epoch().count());
+  EXPECT_EQ(j["signal"].get<int>(), SIGUSR1);
+  EXPECT_TRUE(WaitFor([&] { return Log().find("notice\n") != std::string::npos; }));
+
+  // A second preempt or a stop does not restart the clock.
+  ASSERT_TRUE(p.Preempt(SIGUSR1, seconds(300), kT0 + seconds(1), notice).ok());
+  p.Tick(kT0 + seconds(29));
+  p.Tick(kT0 + seconds(30));  // SIGTERM, ignored by the script
+  p.Tick(kT0 + seconds(39));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(p.Poll());
+  p.Tick(kT0 + seconds(40));  // SIGKILL
+  WaitExit(p);
+  EXPECT_EQ(p.term_signal(), SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return LiveInGroup(p.pid()) == 0; }));
+}
+
+TEST(ResolveProgramTest, SearchesPathForBareNames) {
+  EXPECT_EQ(ResolveProgram("/x/y", "/bin"), "/x/y");
+  EXPECT_EQ(ResolveProgram("sh", "/nonexistent:/bin"), "/bin/sh");
+  EXPECT_EQ(ResolveProgram("no-such-program-xyz", "/bin:/usr/bin"), "");
+}
+
+}  // namespace
+}  // namespace trainyard::agent

@@ -1,0 +1,117 @@
+#include "agent/tail.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace trainyard::agent {
+namespace {
+
+// Reads up to `max` bytes at `offset`; a missing file reads as empty.
+Result<std::string> PRead(const std::string& path, int64_t offset, int64_t max) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::string();
+    return Internal(path + ": " + std::strerror(errno));
+  }
+  std::string out(static_cast<size_t>(max), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = pread(fd, out.data() + got, out.size() - got, offset + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      return Internal(path + ": " + std::strerror(e));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  out.resize(got);
+  return out;
+}
+
+bool IsBlank(std::string_view s) {
+  for (char c : s) {
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::string> ReadLogChunk(const std::string& path, int64_t offset, int64_t max_bytes) {
+  return PRead(path, offset, max_bytes);
+}
+
+Result<MetricsBatch> ReadMetricsLines(const std::string& path, int64_t offset, int64_t max_bytes) {
+  MetricsBatch batch;
+  batch.offset = batch.end_offset = offset;
+  TY_ASSIGN_OR_RETURN(std::string buf, PRead(path, offset, max_bytes));
+  size_t last_nl = buf.rfind('\n');
+  if (last_nl == std::string::npos) {
+    if (static_cast<int64_t>(buf.size()) < max_bytes) return batch;  // a partial line waits
+    // One line longer than a whole request: find its end and skip it.
+    int64_t pos = offset + static_cast<int64_t>(buf.size());
+    for (;;) {
+      TY_ASSIGN_OR_RETURN(std::string more, PRead(path, pos, max_bytes));
+      if (more.empty()) return batch;  // its newline has not arrived yet
+      if (size_t nl = more.find('\n'); nl != std::string::npos) {
+        batch.end_offset = pos + static_cast<int64_t>(nl) + 1;
+        batch.invalid = 1;
+        return batch;
+      }
+      pos += static_cast<int64_t>(more.size());
+    }
+  }
+  std::string_view complete(buf.data(), last_nl + 1);
+  size_t start = 0;
+  while (start < complete.size()) {
+    size_t nl = complete.find('\n', start);
+    std::string_view line = complete.substr(start, nl - start);
+    start = nl + 1;
+    if (IsBlank(line)) continue;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      ++batch.invalid;
+    } else {
+      batch.lines.push_back(std::move(j));
+    }
+  }
+  batch.end_offset = offset + static_cast<int64_t>(complete.size());
+  return batch;
+}
+
+std::string Base64Encode(std::string_view in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8) |
+                 static_cast<uint8_t>(in[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = static_cast<uint8_t>(in[i]) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    uint32_t v = (static_cast<uint8_t>(in[i]) << 16) | (static_cast<uint8_t>(in[i + 1]) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+}  // namespace trainyard::agent
