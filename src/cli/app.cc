@@ -5,7 +5,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/client_cmd.h"
+#include "cli/agent_cmd.h"
 #include "cli/sched_cmd.h"
+#include "cli/server_cmd.h"
 #include "cli/sim_cmd.h"
 #include "cli/validate.h"
 #include "cli/version.h"
@@ -49,6 +52,10 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   AddValidateCommand(app, validate, exit_code, out, err);
   AddSchedCommand(app, exit_code, out, err);
   AddSimCommand(app, exit_code, out, err);
+  AddAgentCommand(app, exit_code, out, err);
+  AddServerCommand(app, exit_code, out, err);
+  AddUpCommand(app, exit_code, out, err);
+  AddClientCommands(app, exit_code, out, err);
   std::string version_output = "text";
   AddVersionCommand(app, version_output, exit_code, out);
 

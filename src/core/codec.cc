@@ -237,6 +237,7 @@ ojson AttemptToJson(const Attempt& a) {
   j["start_time_ms"] = Millis(a.start_time);
   j["end_time_ms"] = a.end_time ? ojson(Millis(*a.end_time)) : ojson(nullptr);
   j["nodes"] = a.nodes;
+  j["gpus"] = a.gpus;
   j["exit_reason"] = std::string(ExitReasonName(a.exit_reason));
   j["exit_code"] = a.exit_code;
   j["message"] = a.message;
@@ -251,6 +252,32 @@ Result<Attempt> AttemptFromJson(const json& v, std::string path) {
   TY_RETURN_IF_ERROR(r.TimeMs("start_time_ms", a.start_time));
   TY_RETURN_IF_ERROR(r.OptionalTimeMs("end_time_ms", a.end_time));
   TY_RETURN_IF_ERROR(r.StringList("nodes", a.nodes));
+  // Optional: documents written before per-replica GPU indices were kept lack it.
+  if (const json* g = r.OptionalField("gpus")) {
+    if (!g->is_array()) {
+      return InvalidArgument(r.FieldPath("gpus") +
+                             ": expected a list of lists of GPU indices, got " + DescribeValue(*g));
+    }
+    for (size_t i = 0; i < g->size(); ++i) {
+      const json& row = (*g)[i];
+      std::vector<int> indices;
+      if (row.is_array()) {
+        for (const json& x : row) {
+          if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > 1023) {
+            indices.clear();
+            break;
+          }
+          indices.push_back(x.get<int>());
+        }
+      }
+      if (!row.is_array() || indices.size() != row.size()) {
+        return InvalidArgument(r.FieldPath("gpus") + "[" + std::to_string(i) +
+                               "]: expected a list of GPU indices 0..1023, got " +
+                               DescribeValue(row));
+      }
+      a.gpus.push_back(std::move(indices));
+    }
+  }
   TY_RETURN_IF_ERROR(r.Enum("exit_reason", ParseExitReason, ExitReasonNames(), a.exit_reason));
   TY_RETURN_IF_ERROR(r.Int32("exit_code", a.exit_code));
   TY_RETURN_IF_ERROR(r.String("message", a.message));

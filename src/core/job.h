@@ -66,6 +66,10 @@ struct Attempt {
   Timestamp start_time{};
   std::optional<Timestamp> end_time;
   std::vector<std::string> nodes;  // one per replica, in rank order
+  // GPU indices each replica was bound to, parallel to `nodes` (empty when unknown,
+  // e.g. attempts stored before this field existed). Kept so that a restarted
+  // server rebuilds running placements exactly and never binds a GPU twice.
+  std::vector<std::vector<int>> gpus;
   ExitReason exit_reason = ExitReason::kNone;
   int32_t exit_code = 0;
   std::string message;    // e.g. "rank 3 on node-7 killed by SIGSEGV"

@@ -1,0 +1,516 @@
+#include "cli/client_cmd.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "cli/app.h"
+#include "cli/server_cmd.h"
+#include "core/units.h"
+
+namespace trainyard::cli {
+namespace {
+
+using nlohmann::json;
+
+struct Common {
+  std::string server;
+  std::string data_dir;
+  std::string output = "text";
+};
+
+// A failed call: the message to print and the exit status.
+struct Failure {
+  std::string message;
+  int exit_code = kExitFailure;
+};
+
+class Api {
+ public:
+  static std::variant<Api, Failure> Connect(const Common& c) {
+    std::string url = c.server;
+    if (url.empty()) {
+      if (const char* env = std::getenv("TRAINYARD_SERVER"); env != nullptr && *env) url = env;
+    }
+    if (url.empty()) {
+      const std::string dir = c.data_dir.empty() ? DefaultDataDir() : c.data_dir;
+      std::ifstream in(dir + "/server.url");
+      std::getline(in, url);
+      if (url.empty()) {
+        return Failure{
+            "no server: pass --server URL, set TRAINYARD_SERVER, or start one with "
+            "`trainyard up` (looked for " +
+            dir + "/server.url)"};
+      }
+    }
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    return Api(url);
+  }
+
+  // The JSON body of a 2xx answer, or a Failure naming the problem.
+  std::variant<json, Failure> Call(const std::string& method, const std::string& path,
+                                   const std::string& body = "") {
+    httplib::Result res = method == "GET" ? client_->Get(path.c_str())
+                                          : client_->Post(path.c_str(), body, "application/yaml");
+    if (!res) {
+      return Failure{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())};
+    }
+    json j = json::parse(res->body, nullptr, false);
+    if (res->status / 100 != 2) {
+      std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
+                            ? j["error"].get<std::string>()
+                            : "HTTP " + std::to_string(res->status);
+      return Failure{msg, res->status == 400 || res->status == 413 ? kExitUsage : kExitFailure};
+    }
+    if (j.is_discarded()) return Failure{"the server's answer is not JSON"};
+    return j;
+  }
+
+  httplib::Client& client() { return *client_; }
+
+ private:
+  explicit Api(std::string url)
+      : url_(std::move(url)), client_(std::make_shared<httplib::Client>(url_)) {
+    client_->set_read_timeout(60, 0);
+    client_->set_connection_timeout(5, 0);
+  }
+  std::string url_;
+  std::shared_ptr<httplib::Client> client_;
+};
+
+std::string Pad(std::string s, size_t w) {
+  if (s.size() < w) s.append(w - s.size(), ' ');
+  return s;
+}
+
+// Prints rows as aligned columns.
+void Table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) line += i + 1 < r.size() ? Pad(r[i], width[i] + 2) : r[i];
+    out << line << "\n";
+  }
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+std::string Age(int64_t since_ms) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return FormatDuration(Duration((std::max<int64_t>(0, now - since_ms) / 1000) * 1000));
+}
+
+// Runs `body` with a connected Api; prints failures as one line.
+template <typename Body>
+int WithApi(const Common& c, std::ostream& err, const std::string& cmd, Body body) {
+  auto api = Api::Connect(c);
+  if (auto* f = std::get_if<Failure>(&api)) {
+    err << "trainyard " << cmd << ": " << f->message << "\n";
+    return f->exit_code;
+  }
+  std::optional<Failure> failure = body(std::get<Api>(api));
+  if (failure) {
+    err << "trainyard " << cmd << ": " << failure->message << "\n";
+    return failure->exit_code;
+  }
+  return kExitOk;
+}
+
+#define TY_CALL(var, expr)                                      \
+  auto var##_result = (expr);                                   \
+  if (auto* f = std::get_if<Failure>(&var##_result)) return *f; \
+  json var = std::move(std::get<json>(var##_result))
+
+void AddCommon(CLI::App* cmd, Common& c, bool output) {
+  cmd->add_option("--server", c.server,
+                  "Server URL (else $TRAINYARD_SERVER, else DATA_DIR/server.url)");
+  cmd->add_option("--data-dir", c.data_dir, "Local cluster data dir holding server.url");
+  if (output) {
+    cmd->add_option("-o,--output", c.output, "Output format")
+        ->check(CLI::IsMember({"text", "json"}))
+        ->capture_default_str();
+  }
+}
+
+bool Terminal(const std::string& state) {
+  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
+  // --- submit ---
+  {
+    struct F {
+      Common c;
+      std::string file;
+      std::string array;
+      bool wait = false;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* cmd = app.add_subcommand("submit", "Submit a job (YAML, JSON or #SBATCH script)");
+    AddCommon(cmd, f->c, true);
+    cmd->add_option("file", f->file, "Job spec file; - reads standard input")->required();
+    cmd->add_option("--array", f->array, "Job array: one job per index, e.g. 1-1000, 0-9:2, 1,3,5");
+    cmd->add_flag("--wait", f->wait, "Wait until the job finishes; exit 0 only if it succeeded");
+    cmd->callback([f, &exit_code, &out, &err] {
+      std::string text;
+      if (f->file == "-") {
+        std::stringstream ss;
+        ss << std::cin.rdbuf();
+        text = ss.str();
+      } else {
+        std::ifstream in(f->file, std::ios::binary);
+        if (!in) {
+          err << "trainyard submit: cannot read " << f->file << "\n";
+          exit_code = kExitUsage;
+          return;
+        }
+        std::stringstream ss;
+        ss << in.rdbuf();
+        text = ss.str();
+      }
+      exit_code = WithApi(f->c, err, "submit", [&](Api& api) -> std::optional<Failure> {
+        std::string path = "/api/v1/jobs";
+        if (!f->array.empty()) path += "?array=" + httplib::detail::encode_query_param(f->array);
+        TY_CALL(res, api.Call("POST", path, text));
+        const int64_t id = res.value("id", int64_t{0});
+        if (f->c.output == "json") {
+          if (!f->wait) out << res.dump() << "\n";
+        } else {
+          for (const auto& w : res["warnings"]) err << "warning: " << w.get<std::string>() << "\n";
+          if (res["ids"].size() > 1) {
+            out << "submitted " << res["ids"].size() << " jobs " << res["ids"].front() << ".."
+                << res["ids"].back() << "\n";
+          } else {
+            out << "submitted job " << id << "\n";
+          }
+        }
+        if (!f->wait) return std::nullopt;
+        std::string state;
+        json last;
+        for (const auto& jid : res["ids"]) {
+          while (true) {
+            TY_CALL(job, api.Call("GET", "/api/v1/jobs/" + jid.dump()));
+            state = Str(job, "state");
+            if (Terminal(state)) {
+              last = job;
+              break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          }
+          if (f->c.output == "json") {
+            out << json{{"id", jid}, {"state", state}, {"reason", last["reason"]}}.dump() << "\n";
+          } else {
+            out << "job " << jid << " " << state << ": " << Str(last, "reason") << "\n";
+          }
+          if (state != "Succeeded") return Failure{"job " + jid.dump() + " " + state};
+        }
+        return std::nullopt;
+      });
+    });
+  }
+  // --- jobs ---
+  {
+    struct F {
+      Common c;
+      std::string state, tenant, queue, name;
+      bool all = false;
+      int limit = 1000;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* cmd =
+        app.add_subcommand("jobs", "List jobs (like squeue); unfinished ones unless --all");
+    AddCommon(cmd, f->c, true);
+    cmd->add_option("--state", f->state,
+                    "Only these states, comma-separated (e.g. Pending,Running)");
+    cmd->add_option("--tenant", f->tenant, "Only this tenant");
+    cmd->add_option("--queue", f->queue, "Only this queue");
+    cmd->add_option("--name", f->name, "Only names starting with this");
+    cmd->add_flag("--all", f->all, "Include finished jobs");
+    cmd->add_option("--limit", f->limit, "At most this many")->capture_default_str();
+    cmd->callback([f, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, "jobs", [&](Api& api) -> std::optional<Failure> {
+        std::string q;
+        auto add = [&](const char* k, const std::string& v) {
+          if (!v.empty())
+            q += std::string(q.empty() ? "?" : "&") + k + "=" +
+                 httplib::detail::encode_query_param(v);
+        };
+        std::string states = f->state;
+        if (states.empty() && !f->all) states = "Pending,Admitted,Starting,Running,Preempting,Lost";
+        add("state", states);
+        add("tenant", f->tenant);
+        add("queue", f->queue);
+        add("name", f->name);
+        json jobs = json::array();
+        std::string after;
+        while (static_cast<int>(jobs.size()) < f->limit) {
+          const int page = std::min(f->limit - static_cast<int>(jobs.size()), 1000);
+          std::string path = "/api/v1/jobs" + q + (q.empty() ? "?" : "&") +
+                             "limit=" + std::to_string(page) +
+                             (after.empty() ? "" : "&after=" + after);
+          TY_CALL(res, api.Call("GET", path));
+          for (auto& j : res["jobs"]) jobs.push_back(std::move(j));
+          if (res["next_after"].is_null()) break;
+          after = res["next_after"].dump();
+        }
+        if (f->c.output == "json") {
+          out << jobs.dump() << "\n";
+          return std::nullopt;
+        }
+        std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "TENANT", "QUEUE", "PRIORITY",
+                                                       "STATE", "SIZE", "NODES", "AGE", "REASON"}};
+        for (const auto& j : jobs) {
+          std::string nodes;
+          for (const auto& n : j["nodes"])
+            nodes += (nodes.empty() ? "" : ",") + n.get<std::string>();
+          rows.push_back({Str(j, "id"), Str(j, "name"), Str(j, "tenant"), Str(j, "queue"),
+                          Str(j, "priority"),
+                          Str(j, "state") + (j.value("held", false) ? "(held)" : ""),
+                          Str(j, "replicas") + "x" + Str(j, "gpus_per_replica") + "GPU",
+                          nodes.empty() ? "-" : nodes, Age(j.value("submit_time_ms", int64_t{0})),
+                          Str(j, "reason")});
+        }
+        Table(out, rows);
+        return std::nullopt;
+      });
+    });
+  }
+  // --- job show ---
+  {
+    struct F {
+      Common c;
+      std::string id;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* job = app.add_subcommand("job", "Inspect one job");
+    job->require_subcommand(1);
+    CLI::App* cmd =
+        job->add_subcommand("show", "Spec, state, attempts, checkpoint and events of a job");
+    AddCommon(cmd, f->c, true);
+    cmd->add_option("id", f->id, "Job id")->required();
+    cmd->callback([f, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, "job show", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(j, api.Call("GET", "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id)));
+        TY_CALL(ev, api.Call("GET", "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id) +
+                                        "/events"));
+        j["events"] = ev["events"];
+        if (f->c.output == "json") {
+          out << j.dump() << "\n";
+          return std::nullopt;
+        }
+        out << "job " << Str(j, "id") << " " << Str(j, "name") << ": " << Str(j, "state")
+            << (Str(j, "reason").empty() ? "" : " (" + Str(j, "reason") + ")") << "\n";
+        out << "  tenant/queue: " << Str(j["spec"], "tenant") << "/" << Str(j["spec"], "queue")
+            << "  priority: " << Str(j["spec"], "priority") << "  retries: " << Str(j, "retries")
+            << "\n";
+        if (!j["checkpoint"].is_null()) {
+          out << "  checkpoint: " << Str(j["checkpoint"], "path") << " (step "
+              << Str(j["checkpoint"], "step") << ", "
+              << Age(j["checkpoint"].value("completed_at_ms", int64_t{0})) << " ago)\n";
+        }
+        for (const auto& a : j["attempts"]) {
+          std::string nodes;
+          for (const auto& n : a["nodes"])
+            nodes += (nodes.empty() ? "" : ",") + n.get<std::string>();
+          out << "  attempt " << Str(a, "index") << " on " << nodes << ": "
+              << (a["end_time_ms"].is_null() ? "open" : Str(a, "exit_reason")) << " "
+              << Str(a, "message") << " lost "
+              << FormatDuration(Duration(a.value("lost_work_ms", int64_t{0}))) << "\n";
+        }
+        for (const auto& r : j["ranks"]) {
+          out << "  rank " << Str(r, "rank") << " on " << Str(r, "node") << " gpus "
+              << r["gpus"].dump() << ": " << Str(r, "state") << "\n";
+        }
+        out << "events:\n";
+        for (const auto& e : j["events"]) {
+          out << "  " << FormatTimestamp(Timestamp(Duration(e.value("time_ms", int64_t{0})))) << " "
+              << Pad(Str(e, "kind"), 16) << Str(e, "message") << "\n";
+        }
+        out << "spec:\n" << j["spec"].dump(2) << "\n";
+        return std::nullopt;
+      });
+    });
+  }
+  // --- cancel / hold / release ---
+  for (const std::string verb : {"cancel", "hold", "release"}) {
+    struct F {
+      Common c;
+      std::vector<std::string> ids;
+    };
+    auto f = std::make_shared<F>();
+    const std::string help = verb == "cancel" ? "Cancel jobs (stops their ranks)"
+                             : verb == "hold" ? "Hold pending jobs (not scheduled until released)"
+                                              : "Release held jobs";
+    CLI::App* cmd = app.add_subcommand(verb, help);
+    AddCommon(cmd, f->c, true);
+    cmd->add_option("ids", f->ids, "Job ids")->required();
+    cmd->callback([f, verb, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, verb, [&](Api& api) -> std::optional<Failure> {
+        json all = json::array();
+        for (const auto& id : f->ids) {
+          TY_CALL(res, api.Call("POST", "/api/v1/jobs/" + httplib::detail::encode_query_param(id) +
+                                            "/" + verb));
+          if (f->c.output == "json") {
+            all.push_back(res);
+          } else {
+            out << "job " << id << ": " << Str(res, "state") << " (" << Str(res, "reason") << ")\n";
+          }
+        }
+        if (f->c.output == "json") out << all.dump() << "\n";
+        return std::nullopt;
+      });
+    });
+  }
+  // --- logs ---
+  {
+    struct F {
+      Common c;
+      std::string id;
+      int rank = 0;
+      int attempt = -1;
+      bool follow = false;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* cmd = app.add_subcommand("logs", "Print a rank's output (stdout and stderr)");
+    AddCommon(cmd, f->c, false);
+    cmd->add_option("job", f->id, "Job id")->required();
+    cmd->add_option("--rank", f->rank, "Rank")->capture_default_str();
+    cmd->add_option("--attempt", f->attempt, "Attempt (default: the latest)");
+    cmd->add_flag("-f,--follow", f->follow, "Keep printing new output until the job finishes");
+    cmd->callback([f, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, "logs", [&](Api& api) -> std::optional<Failure> {
+        int64_t offset = 0;
+        while (true) {
+          std::string path = "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id) +
+                             "/logs?rank=" + std::to_string(f->rank) +
+                             "&offset=" + std::to_string(offset) +
+                             (f->follow ? "&wait_ms=20000" : "");
+          if (f->attempt >= 0) path += "&attempt=" + std::to_string(f->attempt);
+          auto res = api.client().Get(path.c_str());
+          if (!res) return Failure{"cannot reach the server: " + httplib::to_string(res.error())};
+          if (res->status != 200) {
+            json j = json::parse(res->body, nullptr, false);
+            return Failure{j.is_object() && j.contains("error")
+                               ? j["error"].get<std::string>()
+                               : "HTTP " + std::to_string(res->status),
+                           res->status == 400 ? kExitUsage : kExitFailure};
+          }
+          out << res->body << std::flush;
+          const int64_t next = std::stoll("0" + res->get_header_value("X-Trainyard-Next-Offset"));
+          const std::string state = res->get_header_value("X-Trainyard-Job-State");
+          const bool more = next > offset;
+          offset = next;
+          if (!f->follow) {
+            if (!more) break;
+            continue;
+          }
+          if (!more && Terminal(state)) break;
+        }
+        return std::nullopt;
+      });
+    });
+  }
+  // --- nodes ---
+  {
+    auto c = std::make_shared<Common>();
+    CLI::App* cmd = app.add_subcommand("nodes", "List nodes (like sinfo): state, GPUs used/total");
+    AddCommon(cmd, *c, true);
+    cmd->callback([c, &exit_code, &out, &err] {
+      exit_code = WithApi(*c, err, "nodes", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("GET", "/api/v1/nodes"));
+        if (c->output == "json") {
+          out << res["nodes"].dump() << "\n";
+          return std::nullopt;
+        }
+        std::vector<std::vector<std::string>> rows = {
+            {"NAME", "STATE", "GPU", "USED", "FREE", "TOTAL", "ADDRESS", "JOBS", "REASON"}};
+        for (const auto& n : res["nodes"]) {
+          const int64_t total = n.value("gpus_total", int64_t{0}),
+                        used = n.value("gpus_used", int64_t{0});
+          std::string jobs;
+          for (const auto& j : n["jobs"]) jobs += (jobs.empty() ? "" : ",") + j.dump();
+          rows.push_back({Str(n, "name"), Str(n, "state"), Str(n, "gpu_type"), std::to_string(used),
+                          std::to_string(total - used), std::to_string(total), Str(n, "address"),
+                          jobs.empty() ? "-" : jobs, Str(n, "state_reason")});
+        }
+        Table(out, rows);
+        return std::nullopt;
+      });
+    });
+  }
+  for (const std::string verb : {"cordon", "drain", "uncordon"}) {
+    struct F {
+      Common c;
+      std::string node;
+    };
+    auto f = std::make_shared<F>();
+    const std::string help = verb == "cordon"  ? "Stop placing new work on a node"
+                             : verb == "drain" ? "Cordon a node and move its jobs off (requeued)"
+                                               : "Let a node receive work again";
+    CLI::App* cmd = app.add_subcommand(verb, help);
+    AddCommon(cmd, f->c, true);
+    cmd->add_option("node", f->node, "Node name")->required();
+    cmd->callback([f, verb, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, verb, [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res,
+                api.Call("POST", "/api/v1/nodes/" + httplib::detail::encode_query_param(f->node) +
+                                     "/" + verb));
+        if (f->c.output == "json") {
+          out << res.dump() << "\n";
+        } else {
+          out << "node " << f->node << ": " << Str(res, "state") << "\n";
+        }
+        return std::nullopt;
+      });
+    });
+  }
+  // --- queues ---
+  {
+    auto c = std::make_shared<Common>();
+    CLI::App* cmd =
+        app.add_subcommand("queues", "List queues: guaranteed, limit, in use, borrowed, pending");
+    AddCommon(cmd, *c, true);
+    cmd->callback([c, &exit_code, &out, &err] {
+      exit_code = WithApi(*c, err, "queues", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("GET", "/api/v1/queues"));
+        if (c->output == "json") {
+          out << res["queues"].dump() << "\n";
+          return std::nullopt;
+        }
+        std::vector<std::vector<std::string>> rows = {
+            {"TENANT", "QUEUE", "GUARANTEED", "LIMIT", "IN-USE", "BORROWED", "RUNNING", "PENDING"}};
+        for (const auto& q : res["queues"]) {
+          rows.push_back({Str(q, "tenant"), Str(q, "name"), Str(q, "guaranteed_gpus"),
+                          Str(q, "limit_gpus"), Str(q, "gpus_in_use"), Str(q, "gpus_borrowed"),
+                          Str(q, "running_jobs"), Str(q, "pending_jobs")});
+        }
+        Table(out, rows);
+        return std::nullopt;
+      });
+    });
+  }
+}
+
+}  // namespace trainyard::cli

@@ -1,0 +1,318 @@
+#include "cli/server_cmd.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "cli/app.h"
+#include "core/names.h"
+#include "server/server.h"
+
+namespace trainyard::cli {
+namespace {
+
+struct ServerFlags {
+  std::string data_dir;
+  std::string listen;  // HOST:PORT
+  int port = -1;       // overrides the port of --listen
+  std::string join_token;
+  std::string policy;  // KEY=VALUE,...
+  std::string node_timeout = "15s";
+};
+
+Status ParsePolicy(const std::string& text, sched::Policy& p) {
+  if (text.empty()) return Status::Ok();
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t eq = item.find('=');
+    std::string key = eq == std::string::npos ? "ordering" : item.substr(0, eq);
+    std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
+    if (key == "ordering") {
+      p.ordering = value;
+    } else if (key == "placement") {
+      p.placement = value;
+    } else if (key == "preemption") {
+      p.preemption = value;
+    } else if (key == "backfill") {
+      if (value != "true" && value != "false") {
+        return InvalidArgument("--policy backfill: expected true or false, got " +
+                               QuoteForMessage(value));
+      }
+      p.backfill = value == "true";
+    } else if (key == "min_runtime" || key == "restart_cost") {
+      TY_ASSIGN_OR_RETURN(Duration d, ParseDuration(value));
+      (key == "min_runtime" ? p.min_runtime : p.restart_cost) = d;
+    } else {
+      return InvalidArgument("--policy: unknown key " + QuoteForMessage(key) +
+                             "; valid: ordering, placement, preemption, backfill, min_runtime, "
+                             "restart_cost");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return sched::ValidatePolicy(p);
+}
+
+Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int default_port) {
+  server::ServerOptions o;
+  o.data_dir = f.data_dir.empty() ? DefaultDataDir() : f.data_dir;
+  o.port = default_port;
+  if (!f.listen.empty()) {
+    size_t colon = f.listen.rfind(':');
+    if (colon == std::string::npos) {
+      return InvalidArgument("--listen: expected HOST:PORT, got " + QuoteForMessage(f.listen));
+    }
+    o.host = f.listen.substr(0, colon);
+    try {
+      o.port = std::stoi(f.listen.substr(colon + 1));
+    } catch (...) {
+      return InvalidArgument("--listen: bad port in " + QuoteForMessage(f.listen));
+    }
+  }
+  if (f.port >= 0) o.port = f.port;
+  if (o.port < 0 || o.port > 65535) {
+    return InvalidArgument("--port: expected 0..65535, got " + std::to_string(o.port));
+  }
+  o.join_token = f.join_token;
+  TY_ASSIGN_OR_RETURN(o.node_timeout, ParseDuration(f.node_timeout));
+  if (o.node_timeout.count() < 1000) {
+    return InvalidArgument("--node-timeout: at least 1s, got " + f.node_timeout);
+  }
+  TY_RETURN_IF_ERROR(ParsePolicy(f.policy, o.policy));
+  return o;
+}
+
+void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
+  cmd->add_option("--data-dir", f.data_dir,
+                  "State, logs and join token live here (default: " + DefaultDataDir() + ")");
+  cmd->add_option("--listen", f.listen, "HOST:PORT to serve on (default 127.0.0.1:8470)");
+  cmd->add_option("--port", f.port, "Port to serve on; 0 picks a free one and prints the URL");
+  cmd->add_option("--join-token", f.join_token,
+                  "Token agents must present (default: DATA_DIR/join-token, generated)");
+  cmd->add_option("--policy", f.policy,
+                  "Scheduling policy: ordering=priority|fifo|las,placement=topology|best-fit|"
+                  "first-fit,preemption=lost-work|none,backfill=true|false");
+  cmd->add_option("--node-timeout", f.node_timeout,
+                  "A node without heartbeat this long is NotReady")
+      ->capture_default_str();
+}
+
+// Blocks SIGINT and SIGTERM in this thread (and so in the threads it starts) and
+// returns the set, for sigwait.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+Status WriteUrl(const std::string& data_dir, const std::string& url) {
+  const std::string tmp = data_dir + "/server.url.tmp";
+  {
+    std::ofstream out(tmp);
+    out << url << "\n";
+    if (!out) return Internal("cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, data_dir + "/server.url", ec);
+  if (ec) return Internal("cannot write " + data_dir + "/server.url: " + ec.message());
+  return Status::Ok();
+}
+
+int RunServer(const ServerFlags& f, std::ostream& out, std::ostream& err) {
+  auto opts = MakeServerOptions(f, 8470);
+  if (!opts.ok()) {
+    err << "trainyard server: " << opts.status().message() << "\n";
+    return kExitUsage;
+  }
+  sigset_t signals = BlockStopSignals();
+  server::Server srv(*opts);
+  if (Status s = srv.Start(); !s.ok()) {
+    err << "trainyard server: " << s.message() << "\n";
+    return kExitFailure;
+  }
+  if (Status s = WriteUrl(opts->data_dir, srv.Url()); !s.ok()) {
+    err << "trainyard server: " << s.message() << "\n";
+  }
+  out << "trainyard server listening on " << srv.Url() << "\n"
+      << "data dir: " << opts->data_dir << "; agents join with --join-token from " << opts->data_dir
+      << "/join-token\n"
+      << std::flush;
+  int sig = 0;
+  sigwait(&signals, &sig);
+  out << "trainyard server: stopping (signal " << sig << ")\n" << std::flush;
+  srv.Stop();
+  return kExitOk;
+}
+
+struct UpFlags {
+  ServerFlags server;
+  int nodes = 4;
+  int gpus_per_node = 8;
+  std::string gpu_type = "H100";
+  bool demo = false;
+};
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: default signal mask, output to its log, exec.
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_sigmask(SIG_SETMASK, &none, nullptr);
+  FILE* log = std::fopen(log_path.c_str(), "a");
+  if (log != nullptr) {
+    dup2(fileno(log), 1);
+    dup2(fileno(log), 2);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  std::perror("execv");
+  _exit(127);
+}
+
+constexpr const char* kDemoJobs[] = {
+    "name: demo-hello\nreplicas: 2\nresources: {gpus: 1}\n"
+    "command: [\"/bin/sh\", \"-c\", \"echo rank $RANK of $WORLD_SIZE on GPUs "
+    "$CUDA_VISIBLE_DEVICES; sleep 5\"]\n",
+    "name: demo-sleep\npriority: best-effort\nresources: {gpus: 4}\n"
+    "command: [\"/bin/sleep\", \"60\"]\n",
+};
+
+int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
+  if (f.nodes < 1 || f.nodes > 256) {
+    err << "trainyard up: --nodes: expected 1..256, got " << f.nodes << "\n";
+    return kExitUsage;
+  }
+  if (f.gpus_per_node < 0 || f.gpus_per_node > 64) {
+    err << "trainyard up: --gpus-per-node: expected 0..64, got " << f.gpus_per_node << "\n";
+    return kExitUsage;
+  }
+  auto opts = MakeServerOptions(f.server, 8470);
+  if (!opts.ok()) {
+    err << "trainyard up: " << opts.status().message() << "\n";
+    return kExitUsage;
+  }
+  const std::string dir = std::filesystem::absolute(opts->data_dir).string();
+  opts->data_dir = dir;
+  sigset_t signals = BlockStopSignals();
+  server::Server srv(*opts);
+  if (Status s = srv.Start(); !s.ok()) {
+    err << "trainyard up: " << s.message() << "\n";
+    return kExitFailure;
+  }
+  if (Status s = WriteUrl(dir, srv.Url()); !s.ok()) err << "trainyard up: " << s.message() << "\n";
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  std::vector<pid_t> agents;
+  for (int i = 0; i < f.nodes; ++i) {
+    const std::string name = "node-" + std::to_string(i);
+    const std::string agent_dir = dir + "/agents/" + name;
+    std::filesystem::create_directories(agent_dir, ec);
+    agents.push_back(Spawn({self, "agent", "--server", srv.Url(), "--join-token", srv.join_token(),
+                            "--name", name, "--data-dir", agent_dir, "--simulated-gpus",
+                            std::to_string(f.gpus_per_node), "--gpu-type", f.gpu_type},
+                           agent_dir + "/agent.log"));
+  }
+  out << "Trainyard local cluster: " << f.nodes << " node(s) x " << f.gpus_per_node << " "
+      << f.gpu_type << " (simulated)\n"
+      << "  API:       " << srv.Url() << "/api/v1  (URL written to " << dir << "/server.url)\n"
+      << "  data dir:  " << dir << " (agent logs in agents/NODE/agent.log)\n"
+      << "Try:\n"
+      << "  export TRAINYARD_SERVER=" << srv.Url() << "\n"
+      << "  trainyard nodes\n"
+      << "  trainyard submit examples/finetune-1gpu.yaml\n"
+      << "  trainyard jobs\n"
+      << "Ctrl-C stops the cluster.\n"
+      << std::flush;
+  if (f.demo) {
+    httplib::Client client(srv.Url());
+    for (const char* text : kDemoJobs) {
+      auto res = client.Post("/api/v1/jobs", text, "application/yaml");
+      if (res && res->status == 201) {
+        out << "demo: submitted job " << nlohmann::json::parse(res->body).value("id", 0) << "\n";
+      } else {
+        err << "demo: submit failed: " << (res ? res->body : "no answer") << "\n";
+      }
+    }
+    out << std::flush;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  out << "trainyard up: stopping " << agents.size() << " agent(s) and the server\n" << std::flush;
+  for (pid_t p : agents) kill(p, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  size_t left = agents.size();
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    left = 0;
+    for (pid_t& p : agents) {
+      if (p <= 0) continue;
+      if (waitpid(p, nullptr, WNOHANG) == p) {
+        p = 0;
+      } else {
+        ++left;
+      }
+    }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (pid_t p : agents) {
+    if (p > 0) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  srv.Stop();
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string DefaultDataDir() {
+  if (const char* d = std::getenv("TRAINYARD_DATA_DIR"); d != nullptr && *d) return d;
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h)
+    return std::string(h) + "/.trainyard";
+  return ".trainyard";
+}
+
+void AddServerCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
+  auto f = std::make_shared<ServerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "server",
+      "Run the control plane: REST API, scheduler loop and agent endpoints (docs/api.md)");
+  AddServerFlags(cmd, *f);
+  cmd->callback([f, &exit_code, &out, &err] { exit_code = RunServer(*f, out, err); });
+}
+
+void AddUpCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
+  auto f = std::make_shared<UpFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "up", "Start a local cluster: the server and N agents with simulated GPUs on this machine");
+  AddServerFlags(cmd, f->server);
+  cmd->add_option("--nodes", f->nodes, "Agents to start")->capture_default_str();
+  cmd->add_option("--gpus-per-node", f->gpus_per_node, "Simulated GPUs per agent")
+      ->capture_default_str();
+  cmd->add_option("--gpu-type", f->gpu_type, "GPU model of the simulated GPUs")
+      ->capture_default_str();
+  cmd->add_flag("--demo", f->demo, "Submit a few small demo jobs");
+  cmd->callback([f, &exit_code, &out, &err] { exit_code = RunUp(*f, out, err); });
+}
+
+}  // namespace trainyard::cli

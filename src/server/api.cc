@@ -1,0 +1,740 @@
+#include "server/api.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/codec.h"
+#include "core/job_text.h"
+#include "core/names.h"
+#include "core/spec_codec.h"
+
+namespace trainyard::server {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+void SendJson(httplib::Response& res, int status, const ordered_json& body) {
+  res.status = status;
+  res.set_content(body.dump() + "\n", "application/json");
+}
+
+void SendError(httplib::Response& res, const Status& s) {
+  SendJson(res, HttpStatusFor(s), ordered_json{{"error", s.message()}});
+}
+
+Result<int64_t> ParseInt(std::string_view field, std::string_view text, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || text.empty() || v < lo || v > hi) {
+    return InvalidArgument(std::string(field) + ": expected an integer " + std::to_string(lo) +
+                           ".." + std::to_string(hi) + ", got " + QuoteForMessage(text));
+  }
+  return v;
+}
+
+std::optional<std::string> Param(const Params& p, const std::string& key) {
+  auto it = p.find(key);
+  if (it == p.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<json> ParseJsonBody(std::string_view body, std::string_view what) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(std::string(what) + ": the body is not valid JSON");
+  if (!j.is_object())
+    return InvalidArgument(std::string(what) + ": the body must be a JSON object");
+  return j;
+}
+
+// Unknown query parameters are errors: a typo ("stat=Pending") would otherwise
+// silently widen a listing.
+Status CheckParams(const Params& p, std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : p) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string valid;
+      for (auto n : known) valid += (valid.empty() ? "" : ", ") + std::string(n);
+      return InvalidArgument("unknown query parameter " + QuoteForMessage(k) + "; valid: " + valid);
+    }
+  }
+  return Status::Ok();
+}
+
+ordered_json Placement(const std::vector<sched::Placement>& placement) {
+  ordered_json a = ordered_json::array();
+  for (const auto& p : placement) a.push_back({{"node", p.node}, {"gpus", p.gpus}});
+  return a;
+}
+
+}  // namespace
+
+int HttpStatusFor(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 413;
+    case StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+Result<std::vector<int64_t>> ParseArrayRange(std::string_view text) {
+  std::vector<int64_t> out;
+  const std::string field = "array";
+  if (text.empty()) return InvalidArgument("array: empty; write e.g. 1-1000, 0-9:2 or 1,3,5");
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string_view part =
+        text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
+    int64_t step = 1;
+    if (size_t colon = part.find(':'); colon != part.npos) {
+      TY_ASSIGN_OR_RETURN(step, ParseInt("array step", part.substr(colon + 1), 1, 1'000'000'000));
+      part = part.substr(0, colon);
+    }
+    int64_t lo = 0, hi = 0;
+    if (size_t dash = part.find('-'); dash != part.npos) {
+      TY_ASSIGN_OR_RETURN(lo, ParseInt(field, part.substr(0, dash), 0, 1'000'000'000));
+      TY_ASSIGN_OR_RETURN(hi, ParseInt(field, part.substr(dash + 1), 0, 1'000'000'000));
+      if (hi < lo) {
+        return InvalidArgument("array: range " + QuoteForMessage(part) + " ends before it starts");
+      }
+    } else {
+      TY_ASSIGN_OR_RETURN(lo, ParseInt(field, part, 0, 1'000'000'000));
+      hi = lo;
+    }
+    for (int64_t i = lo; i <= hi; i += step) {
+      if (static_cast<int64_t>(out.size()) >= kMaxArrayJobs) {
+        return InvalidArgument("array: at most " + std::to_string(kMaxArrayJobs) +
+                               " jobs per array, got more from " + QuoteForMessage(text));
+      }
+      out.push_back(i);
+    }
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Result<SubmitRequestParams> ParseSubmit(std::string_view body, const Params& params) {
+  TY_RETURN_IF_ERROR(CheckParams(params, {"array"}));
+  if (body.size() > kMaxSubmitBytes) {
+    return ResourceExhausted("job spec is " + std::to_string(body.size()) +
+                             " bytes; the limit is " + std::to_string(kMaxSubmitBytes));
+  }
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return InvalidArgument("empty body: send a job spec (YAML, JSON or an #SBATCH script)");
+  }
+  SpecParseResult parsed = ParseJobText(body, "job");
+  if (!parsed.ok()) {
+    std::string msg;
+    for (const auto& d : parsed.errors) msg += (msg.empty() ? "" : "; ") + d.ToString();
+    return InvalidArgument(msg);
+  }
+  SubmitRequestParams out;
+  for (const auto& w : parsed.warnings) out.warnings.push_back(w.ToString());
+  if (auto array = Param(params, "array")) {
+    TY_ASSIGN_OR_RETURN(std::vector<int64_t> indices, ParseArrayRange(*array));
+    for (int64_t i : indices) {
+      JobSpec s = *parsed.spec;
+      s.labels[kArrayIndexLabel] = std::to_string(i);
+      if (s.labels.size() > SpecLimits::kMaxLabels) {
+        return InvalidArgument("labels: an array job needs one free label of " +
+                               std::to_string(SpecLimits::kMaxLabels));
+      }
+      out.specs.push_back(std::move(s));
+    }
+  } else {
+    out.specs.push_back(std::move(*parsed.spec));
+  }
+  return out;
+}
+
+Result<ListJobsRequest> ParseListJobs(const Params& params) {
+  TY_RETURN_IF_ERROR(CheckParams(params, {"state", "tenant", "queue", "name", "after", "limit"}));
+  ListJobsRequest r;
+  if (auto states = Param(params, "state")) {
+    std::string_view text = *states;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t comma = text.find(',', pos);
+      std::string_view word =
+          text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
+      std::optional<JobState> s;
+      for (JobState candidate : {JobState::kPending, JobState::kAdmitted, JobState::kStarting,
+                                 JobState::kRunning, JobState::kPreempting, JobState::kLost,
+                                 JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+        std::string name(JobStateName(candidate));
+        if (word.size() == name.size() &&
+            std::equal(word.begin(), word.end(), name.begin(),
+                       [](char a, char b) { return std::tolower(a) == std::tolower(b); })) {
+          s = candidate;
+        }
+      }
+      if (!s) {
+        return InvalidArgument("state: unknown job state " + QuoteForMessage(word) +
+                               "; valid: Pending, Starting, Running, Preempting, Lost, "
+                               "Succeeded, Failed, Cancelled");
+      }
+      r.filter.states.push_back(*s);
+      if (comma == std::string_view::npos) break;
+      pos = comma + 1;
+    }
+  }
+  if (auto t = Param(params, "tenant")) {
+    TY_RETURN_IF_ERROR(ValidateName("tenant", *t));
+    r.filter.tenant = *t;
+  }
+  if (auto q = Param(params, "queue")) {
+    TY_RETURN_IF_ERROR(ValidateName("queue", *q));
+    r.filter.queue = *q;
+  }
+  if (auto n = Param(params, "name")) {
+    if (n->size() > kMaxNameLength) {
+      return InvalidArgument("name: a prefix of at most " + std::to_string(kMaxNameLength) +
+                             " characters, got " + std::to_string(n->size()));
+    }
+    r.filter.name_prefix = *n;
+  }
+  if (auto a = Param(params, "after")) {
+    TY_ASSIGN_OR_RETURN(r.after_id, ParseInt("after", *a, 0, INT64_MAX));
+  }
+  if (auto l = Param(params, "limit")) {
+    TY_ASSIGN_OR_RETURN(int64_t limit, ParseInt("limit", *l, 1, store::kMaxListLimit));
+    r.limit = static_cast<int>(limit);
+  }
+  return r;
+}
+
+Result<JobId> ParseJobId(std::string_view text) {
+  auto id = ParseInt("job id", text, 1, INT64_MAX);
+  if (!id.ok()) {
+    return InvalidArgument("job id: expected a positive integer, got " + QuoteForMessage(text));
+  }
+  return *id;
+}
+
+Result<CheckpointReport> ParseCheckpoint(std::string_view body) {
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "checkpoint"));
+  CheckpointReport r;
+  auto path = j.find("path");
+  if (path == j.end() || !path->is_string() || path->get<std::string>().empty()) {
+    return InvalidArgument("checkpoint.path: required, a non-empty string");
+  }
+  r.path = path->get<std::string>();
+  if (r.path.size() > SpecLimits::kMaxPathBytes) {
+    return InvalidArgument("checkpoint.path: at most " + std::to_string(SpecLimits::kMaxPathBytes) +
+                           " bytes");
+  }
+  if (auto step = j.find("step"); step != j.end() && !step->is_null()) {
+    if (!step->is_number_integer() || step->get<int64_t>() < 0) {
+      return InvalidArgument("checkpoint.step: expected an integer >= 0, got " + step->dump());
+    }
+    r.step = step->get<int64_t>();
+  }
+  for (const char* key : {"duration_ms", "write_duration_ms"}) {
+    if (auto d = j.find(key); d != j.end() && !d->is_null()) {
+      if (!d->is_number() || d->get<double>() < 0) {
+        return InvalidArgument(std::string("checkpoint.") + key + ": expected a number >= 0, got " +
+                               d->dump());
+      }
+      r.write_duration = Duration(static_cast<int64_t>(d->get<double>()));
+    }
+  }
+  if (auto d = j.find("duration_s"); d != j.end() && !d->is_null()) {
+    if (!d->is_number() || d->get<double>() < 0) {
+      return InvalidArgument("checkpoint.duration_s: expected a number >= 0, got " + d->dump());
+    }
+    r.write_duration = Duration(static_cast<int64_t>(d->get<double>() * 1000));
+  }
+  return r;
+}
+
+ordered_json RenderJobSummary(const Job& job) {
+  ordered_json j = ToJson(job);
+  ordered_json out = ordered_json::object();
+  out["id"] = job.id;
+  out["name"] = job.spec.name;
+  out["tenant"] = job.spec.tenant;
+  out["queue"] = job.spec.queue;
+  out["priority"] = job.spec.priority;
+  out["state"] = std::string(JobStateName(job.state));
+  out["reason"] = job.reason;
+  out["replicas"] = job.spec.replicas;
+  out["gpus_per_replica"] = job.spec.resources.gpus;
+  out["held"] = job.held;
+  out["submit_time_ms"] = job.submit_time.time_since_epoch().count();
+  out["state_time_ms"] = job.state_time.time_since_epoch().count();
+  const Attempt* a = job.CurrentAttempt();
+  out["nodes"] = a ? a->nodes : std::vector<std::string>{};
+  out["attempts"] = j["attempts"].size();
+  if (auto it = job.spec.labels.find(kArrayIndexLabel); it != job.spec.labels.end()) {
+    out["array_index"] = it->second;
+  }
+  return out;
+}
+
+ordered_json RenderJob(const JobView& v) {
+  ordered_json j = ToJson(v.job);
+  j["name"] = v.job.spec.name;
+  j["placement"] = Placement(v.placement);
+  ordered_json ranks = ordered_json::array();
+  for (const RankView& r : v.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"replica", r.replica},
+                     {"node", r.node},
+                     {"gpus", r.gpus},
+                     {"state", r.state},
+                     {"exit_code", r.exit_code},
+                     {"signal", r.signal},
+                     {"message", r.message}});
+  }
+  j["ranks"] = std::move(ranks);
+  j["stopping"] = v.stopping;
+  return j;
+}
+
+ordered_json RenderNode(const NodeView& v) {
+  ordered_json j = ToJson(v.node);
+  j["address"] = v.address;
+  j["simulated"] = v.simulated;
+  j["connected"] = v.connected;
+  j["last_heartbeat_ms"] = v.last_heartbeat.time_since_epoch().count();
+  j["gpus_total"] = v.node.gpus.size();
+  j["gpus_used"] = v.gpus_used;
+  j["gpu_type"] = v.node.gpus.empty() ? "" : v.node.gpus.front().model;
+  j["jobs"] = v.jobs;
+  return j;
+}
+
+ordered_json RenderQueue(const QueueView& v) {
+  ordered_json j = ToJson(v.queue);
+  j["gpus_in_use"] = v.gpus_in_use;
+  j["gpus_borrowed"] = v.gpus_borrowed;
+  j["pending_jobs"] = v.pending_jobs;
+  j["running_jobs"] = v.running_jobs;
+  return j;
+}
+
+Result<std::string> DecodeBase64(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) return InvalidArgument("data_b64: length is not a multiple of 4");
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      char c = text[i + static_cast<size_t>(k)];
+      if (c == '=' && i + 4 == text.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+      } else if (pad > 0 || (v[k] = value(c)) < 0) {
+        return InvalidArgument("data_b64: not base64 at byte " +
+                               std::to_string(i + static_cast<size_t>(k)));
+      }
+    }
+    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
+                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
+    out.push_back(static_cast<char>((n >> 16) & 0xff));
+    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xff));
+    if (pad < 1) out.push_back(static_cast<char>(n & 0xff));
+  }
+  return out;
+}
+
+namespace {
+
+struct TaskRef {
+  std::string node;
+  JobId job = 0;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  int64_t offset = 0;
+};
+
+// The fields common to the agent's logs and metrics requests.
+Result<TaskRef> ParseTaskRef(const json& j, std::string_view what) {
+  TaskRef t;
+  auto node = j.find("node");
+  if (node == j.end() || !node->is_string()) {
+    return InvalidArgument(std::string(what) + ".node: required, a string");
+  }
+  t.node = node->get<std::string>();
+  auto id = j.find("task_id");
+  if (id == j.end() || !id->is_string()) {
+    return InvalidArgument(std::string(what) + ".task_id: required, a string");
+  }
+  const std::string s = id->get<std::string>();
+  const size_t a = s.find('.'), b = s.find('.', a == s.npos ? a : a + 1);
+  if (a == s.npos || b == s.npos) {
+    return InvalidArgument(std::string(what) + ".task_id: expected <job>.<attempt>.<rank>, got " +
+                           QuoteForMessage(s));
+  }
+  TY_ASSIGN_OR_RETURN(t.job,
+                      ParseInt("task_id job", std::string_view(s).substr(0, a), 1, INT64_MAX));
+  TY_ASSIGN_OR_RETURN(
+      int64_t attempt,
+      ParseInt("task_id attempt", std::string_view(s).substr(a + 1, b - a - 1), 0, 1'000'000));
+  TY_ASSIGN_OR_RETURN(int64_t rank,
+                      ParseInt("task_id rank", std::string_view(s).substr(b + 1), 0, 100'000'000));
+  t.attempt = static_cast<int32_t>(attempt);
+  t.rank = static_cast<int32_t>(rank);
+  auto off = j.find("offset");
+  if (off == j.end() || !off->is_number_integer() || off->get<int64_t>() < 0) {
+    return InvalidArgument(std::string(what) + ".offset: required, an integer >= 0");
+  }
+  t.offset = off->get<int64_t>();
+  return t;
+}
+
+// The checkpoint a metrics line reports, if it is one ({"kind": "checkpoint", ...}).
+std::optional<CheckpointReport> CheckpointLine(const json& line) {
+  auto kind = line.find("kind");
+  if (kind == line.end() || !kind->is_string() || kind->get<std::string>() != "checkpoint") {
+    return std::nullopt;
+  }
+  auto r = ParseCheckpoint(line.dump());
+  if (!r.ok()) return std::nullopt;
+  return *r;
+}
+
+}  // namespace
+
+void InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs, ApiOptions options) {
+  using httplib::Request;
+  using httplib::Response;
+  const std::string v1 = "/api/v1";
+  auto user = [](const Request& req) {
+    std::string u = req.get_header_value("X-Trainyard-User");
+    return "user:" + (u.empty() || u.size() > 63 ? std::string("anonymous") : u);
+  };
+  auto job_id = [](const Request& req) { return ParseJobId(req.matches[1].str()); };
+
+  http.set_payload_max_length(kMaxRequestBytes);
+  http.set_error_handler([](const Request& req, Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                      : res.status == 413 ? "request body too large; the limit is " +
+                                                std::to_string(kMaxRequestBytes) + " bytes"
+                                          : "HTTP " + std::to_string(res.status);
+    res.set_content(ordered_json{{"error", msg}}.dump() + "\n", "application/json");
+  });
+  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    SendJson(res, 500, {{"error", what}});
+  });
+
+  http.Get(v1 + "/healthz", [](const Request&, Response& res) {
+    SendJson(res, 200, {{"ok", true}});
+  });
+
+  // --- jobs ---
+  http.Post(v1 + "/jobs", [&cluster, user](const Request& req, Response& res) {
+    auto parsed = ParseSubmit(req.body, req.params);
+    if (!parsed.ok()) return SendError(res, parsed.status());
+    auto ids = cluster.Submit(std::move(parsed->specs), user(req));
+    if (!ids.ok()) return SendError(res, ids.status());
+    ordered_json out = {{"id", ids->front()}, {"ids", *ids}, {"warnings", parsed->warnings}};
+    SendJson(res, 201, out);
+  });
+  http.Get(v1 + "/jobs", [&cluster](const Request& req, Response& res) {
+    auto r = ParseListJobs(req.params);
+    if (!r.ok()) return SendError(res, r.status());
+    auto page = cluster.ListJobs(*r);
+    if (!page.ok()) return SendError(res, page.status());
+    ordered_json jobs = ordered_json::array();
+    for (const Job& j : page->jobs) jobs.push_back(RenderJobSummary(j));
+    SendJson(res, 200,
+             {{"jobs", std::move(jobs)},
+              {"next_after",
+               page->next_after_id ? ordered_json(*page->next_after_id) : ordered_json(nullptr)}});
+  });
+  http.Get(v1 + R"(/jobs/([^/]+))", [&cluster, job_id](const Request& req, Response& res) {
+    auto id = job_id(req);
+    if (!id.ok()) return SendError(res, id.status());
+    auto v = cluster.GetJob(*id);
+    if (!v.ok()) return SendError(res, v.status());
+    SendJson(res, 200, RenderJob(*v));
+  });
+  for (const std::string verb : {"cancel", "hold", "release"}) {
+    http.Post(v1 + R"(/jobs/([^/]+)/)" + verb,
+              [&cluster, job_id, user, verb](const Request& req, Response& res) {
+                auto id = job_id(req);
+                if (!id.ok()) return SendError(res, id.status());
+                Status s = verb == "cancel" ? cluster.Cancel(*id, user(req))
+                           : verb == "hold" ? cluster.Hold(*id, user(req))
+                                            : cluster.Release(*id, user(req));
+                if (!s.ok()) return SendError(res, s);
+                auto v = cluster.GetJob(*id);
+                if (!v.ok()) return SendError(res, v.status());
+                SendJson(res, 200, RenderJobSummary(v->job));
+              });
+  }
+  http.Get(v1 + R"(/jobs/([^/]+)/events)", [&cluster, job_id](const Request& req, Response& res) {
+    auto id = job_id(req);
+    if (!id.ok()) return SendError(res, id.status());
+    if (Status s = CheckParams(req.params, {"after", "limit"}); !s.ok()) return SendError(res, s);
+    int64_t after = 0, limit = 1000;
+    if (auto a = Param(req.params, "after")) {
+      auto v = ParseInt("after", *a, 0, INT64_MAX);
+      if (!v.ok()) return SendError(res, v.status());
+      after = *v;
+    }
+    if (auto l = Param(req.params, "limit")) {
+      auto v = ParseInt("limit", *l, 1, store::kMaxListLimit);
+      if (!v.ok()) return SendError(res, v.status());
+      limit = *v;
+    }
+    auto page = cluster.ListEvents(*id, after, static_cast<int>(limit));
+    if (!page.ok()) return SendError(res, page.status());
+    ordered_json events = ordered_json::array();
+    for (const auto& e : page->events) {
+      events.push_back({{"seq", e.seq},
+                        {"time_ms", e.time.time_since_epoch().count()},
+                        {"actor", e.actor},
+                        {"kind", e.kind},
+                        {"message", e.message}});
+    }
+    SendJson(res, 200,
+             {{"events", std::move(events)},
+              {"next_after", page->next_after_seq ? ordered_json(*page->next_after_seq)
+                                                  : ordered_json(nullptr)}});
+  });
+  http.Get(v1 + R"(/jobs/([^/]+)/logs)", [&cluster, &logs, job_id](const Request& req,
+                                                                   Response& res) {
+    auto id = job_id(req);
+    if (!id.ok()) return SendError(res, id.status());
+    if (Status s = CheckParams(req.params, {"rank", "attempt", "offset", "wait_ms", "max_bytes"});
+        !s.ok()) {
+      return SendError(res, s);
+    }
+    auto v = cluster.GetJob(*id);
+    if (!v.ok()) return SendError(res, v.status());
+    int64_t rank = 0, offset = 0, wait_ms = 0, max_bytes = kMaxLogChunkBytes;
+    int64_t attempt = v->job.attempts.empty() ? 0 : v->job.attempts.back().index;
+    struct P {
+      const char* name;
+      int64_t* out;
+      int64_t lo, hi;
+    };
+    for (P p :
+         {P{"rank", &rank, 0, 100'000'000}, P{"offset", &offset, 0, INT64_MAX},
+          P{"wait_ms", &wait_ms, 0, kMaxPollWait.count()},
+          P{"max_bytes", &max_bytes, 1, kMaxLogChunkBytes}, P{"attempt", &attempt, 0, 1'000'000}}) {
+      if (auto text = Param(req.params, p.name)) {
+        auto x = ParseInt(p.name, *text, p.lo, p.hi);
+        if (!x.ok()) return SendError(res, x.status());
+        *p.out = *x;
+      }
+    }
+    // Following a finished job would only wait: answer at once.
+    if (IsTerminal(v->job.state)) wait_ms = 0;
+    auto chunk = logs.ReadLog(*id, static_cast<int32_t>(attempt), static_cast<int32_t>(rank),
+                              offset, max_bytes, Duration(wait_ms));
+    if (!chunk.ok()) return SendError(res, chunk.status());
+    auto now = cluster.GetJob(*id);
+    res.set_header("X-Trainyard-Next-Offset", std::to_string(chunk->next_offset));
+    res.set_header("X-Trainyard-Attempt", std::to_string(attempt));
+    res.set_header("X-Trainyard-Job-State",
+                   std::string(JobStateName(now.ok() ? now->job.state : v->job.state)));
+    res.status = 200;
+    res.set_content(chunk->data, "application/octet-stream");
+  });
+  http.Post(v1 + R"(/jobs/([^/]+)/checkpoint)",
+            [&cluster, job_id, user](const Request& req, Response& res) {
+              auto id = job_id(req);
+              if (!id.ok()) return SendError(res, id.status());
+              auto r = ParseCheckpoint(req.body);
+              if (!r.ok()) return SendError(res, r.status());
+              if (Status s = cluster.ReportCheckpoint(*id, *r, user(req)); !s.ok())
+                return SendError(res, s);
+              auto v = cluster.GetJob(*id);
+              if (!v.ok()) return SendError(res, v.status());
+              SendJson(res, 200, RenderJob(*v));
+            });
+
+  // --- nodes, queues, tenants, priority classes ---
+  http.Get(v1 + "/nodes", [&cluster](const Request&, Response& res) {
+    ordered_json nodes = ordered_json::array();
+    for (const NodeView& n : cluster.ListNodes()) nodes.push_back(RenderNode(n));
+    SendJson(res, 200, {{"nodes", std::move(nodes)}});
+  });
+  http.Get(v1 + R"(/nodes/([^/]+))", [&cluster](const Request& req, Response& res) {
+    auto n = cluster.GetNode(req.matches[1].str());
+    if (!n.ok()) return SendError(res, n.status());
+    SendJson(res, 200, RenderNode(*n));
+  });
+  for (const auto& [verb, state] :
+       std::vector<std::pair<std::string, NodeState>>{{"cordon", NodeState::kCordoned},
+                                                      {"drain", NodeState::kDraining},
+                                                      {"uncordon", NodeState::kReady}}) {
+    http.Post(v1 + R"(/nodes/([^/]+)/)" + verb,
+              [&cluster, user, state](const Request& req, Response& res) {
+                const std::string name = req.matches[1].str();
+                if (Status s = cluster.SetNodeAdminState(name, state, user(req)); !s.ok()) {
+                  return SendError(res, s);
+                }
+                auto n = cluster.GetNode(name);
+                if (!n.ok()) return SendError(res, n.status());
+                SendJson(res, 200, RenderNode(*n));
+              });
+  }
+  http.Get(v1 + "/queues", [&cluster](const Request&, Response& res) {
+    ordered_json queues = ordered_json::array();
+    for (const QueueView& q : cluster.ListQueues()) queues.push_back(RenderQueue(q));
+    SendJson(res, 200, {{"queues", std::move(queues)}});
+  });
+  http.Get(v1 + "/tenants", [&cluster](const Request&, Response& res) {
+    ordered_json tenants = ordered_json::array();
+    for (const Tenant& t : cluster.ListTenants()) tenants.push_back(ToJson(t));
+    SendJson(res, 200, {{"tenants", std::move(tenants)}});
+  });
+  http.Get(v1 + "/priority-classes", [&cluster](const Request&, Response& res) {
+    ordered_json classes = ordered_json::array();
+    for (const PriorityClass& pc : cluster.ListPriorityClasses()) classes.push_back(ToJson(pc));
+    SendJson(res, 200, {{"priority_classes", std::move(classes)}});
+  });
+
+  // --- agents ---
+  const std::string token = options.join_token;
+  auto authorized = [token](const Request& req, Response& res) {
+    if (req.get_header_value("Authorization") == "Bearer " + token) return true;
+    SendJson(res, 401, {{"error", "missing or wrong join token (Authorization: Bearer <token>)"}});
+    return false;
+  };
+  http.Post(v1 + "/agent/register", [&cluster, authorized](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    auto j = ParseJsonBody(req.body, "register");
+    if (!j.ok()) return SendError(res, j.status());
+    auto reg = ParseRegistration(*j);
+    if (!reg.ok()) return SendError(res, reg.status());
+    auto reply = cluster.Register(*reg);
+    if (!reply.ok()) return SendError(res, reply.status());
+    SendJson(res, 200,
+             {{"heartbeat_interval_ms", reply->heartbeat_interval.count()}, {"stop", reply->stop}});
+  });
+  http.Post(v1 + "/agent/heartbeat", [&cluster, authorized](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    auto j = ParseJsonBody(req.body, "heartbeat");
+    if (!j.ok()) return SendError(res, j.status());
+    auto hb = ParseHeartbeat(*j);
+    if (!hb.ok()) return SendError(res, hb.status());
+    auto ack = cluster.HandleHeartbeat(*hb);
+    if (!ack.ok()) return SendError(res, ack.status());
+    SendJson(res, 200, {{"ack", *ack}});
+  });
+  http.Post(v1 + "/agent/poll", [&cluster, authorized](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    auto j = ParseJsonBody(req.body, "poll");
+    if (!j.ok()) return SendError(res, j.status());
+    auto node = j->find("node");
+    if (node == j->end() || !node->is_string()) {
+      return SendError(res, InvalidArgument("poll.node: required, a string"));
+    }
+    int64_t wait_ms = 20'000;
+    if (auto w = j->find("wait_ms"); w != j->end()) {
+      if (!w->is_number_integer() || w->get<int64_t>() < 0) {
+        return SendError(res, InvalidArgument("poll.wait_ms: expected an integer >= 0"));
+      }
+      wait_ms = std::min<int64_t>(w->get<int64_t>(), kMaxPollWait.count());
+    }
+    auto cmds = cluster.Poll(node->get<std::string>(), Duration(wait_ms));
+    if (!cmds.ok()) return SendError(res, cmds.status());
+    ordered_json out = ordered_json::array();
+    for (const Command& c : *cmds) out.push_back(ToJson(c));
+    SendJson(res, 200, {{"commands", std::move(out)}});
+  });
+  http.Post(v1 + "/agent/logs", [&cluster, &logs, authorized](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    auto j = ParseJsonBody(req.body, "logs");
+    if (!j.ok()) return SendError(res, j.status());
+    auto t = ParseTaskRef(*j, "logs");
+    if (!t.ok()) return SendError(res, t.status());
+    auto b64 = j->find("data_b64");
+    if (b64 == j->end() || !b64->is_string()) {
+      return SendError(res, InvalidArgument("logs.data_b64: required, a base64 string"));
+    }
+    auto data = DecodeBase64(b64->get<std::string>());
+    if (!data.ok()) return SendError(res, data.status());
+    if (static_cast<int64_t>(data->size()) > kMaxLogChunkBytes) {
+      return SendError(res, ResourceExhausted("logs: at most 1 MiB per request"));
+    }
+    if (!cluster.KnowsTask(t->node, t->job, t->attempt)) {
+      return SendError(res, NotFound("unknown task " + j->at("task_id").get<std::string>()));
+    }
+    auto next = logs.AppendLog(t->job, t->attempt, t->rank, t->offset, *data);
+    if (!next.ok()) return SendError(res, next.status());
+    SendJson(res, 200, {{"next_offset", *next}});
+  });
+  http.Post(
+      v1 + "/agent/metrics", [&cluster, &logs, authorized](const Request& req, Response& res) {
+        if (!authorized(req, res)) return;
+        auto j = ParseJsonBody(req.body, "metrics");
+        if (!j.ok()) return SendError(res, j.status());
+        auto t = ParseTaskRef(*j, "metrics");
+        if (!t.ok()) return SendError(res, t.status());
+        auto lines = j->find("lines");
+        if (lines == j->end() || !lines->is_array()) {
+          return SendError(res, InvalidArgument("metrics.lines: required, a list of objects"));
+        }
+        // The agent's file offset after these lines: sent as end_offset when the agent
+        // knows it; otherwise estimated from the lines as serialised here.
+        int64_t end = t->offset;
+        std::vector<std::string> keep;
+        std::vector<CheckpointReport> checkpoints;
+        for (const json& line : *lines) {
+          std::string text = line.dump();
+          end += static_cast<int64_t>(text.size()) + 1;
+          if (!line.is_object()) continue;
+          if (auto c = CheckpointLine(line)) {
+            checkpoints.push_back(std::move(*c));
+          } else {
+            keep.push_back(std::move(text));
+          }
+        }
+        if (auto e = j->find("end_offset"); e != j->end() && e->is_number_integer()) {
+          end = std::max(t->offset, e->get<int64_t>());
+        }
+        auto next = logs.AppendMetrics(t->job, t->attempt, t->rank, t->offset, end, keep);
+        if (!next.ok()) return SendError(res, next.status());
+        // Only lines not seen before (next == end) report their checkpoints.
+        if (*next == end) {
+          for (const CheckpointReport& c : checkpoints) {
+            Status s = cluster.ReportCheckpoint(t->job, c, "agent:" + t->node);
+            // A checkpoint of a job that has just stopped is of no use any more.
+            s.IgnoreError();
+          }
+        }
+        SendJson(res, 200, {{"next_offset", *next}});
+      });
+}
+
+}  // namespace trainyard::server

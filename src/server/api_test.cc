@@ -1,0 +1,228 @@
+#include "server/api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include "store/memory_store.h"
+
+namespace trainyard::server {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ParseArrayRangeTest, RangesStepsAndLists) {
+  EXPECT_THAT(*ParseArrayRange("1-3"), ElementsAre(1, 2, 3));
+  EXPECT_THAT(*ParseArrayRange("0-6:3"), ElementsAre(0, 3, 6));
+  EXPECT_THAT(*ParseArrayRange("5,1,2-3"), ElementsAre(1, 2, 3, 5));
+  EXPECT_FALSE(ParseArrayRange("").ok());
+  EXPECT_FALSE(ParseArrayRange("3-1").ok());
+  EXPECT_FALSE(ParseArrayRange("a-b").ok());
+  EXPECT_THAT(ParseArrayRange("1-20000").status().message(), HasSubstr("at most 10000"));
+}
+
+TEST(ParseListJobsTest, FiltersAndPaging) {
+  Params p = {{"state", "pending,Running"}, {"tenant", "nlp"}, {"after", "7"}, {"limit", "5"}};
+  auto r = ParseListJobs(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_THAT(r->filter.states, ElementsAre(JobState::kPending, JobState::kRunning));
+  EXPECT_EQ(r->after_id, 7);
+  EXPECT_EQ(r->limit, 5);
+  EXPECT_THAT(ParseListJobs({{"state", "Runing"}}).status().message(), HasSubstr("Runing"));
+  EXPECT_THAT(ParseListJobs({{"limit", "0"}}).status().message(), HasSubstr("limit"));
+  EXPECT_THAT(ParseListJobs({{"limit", "x"}}).status().message(), HasSubstr("limit"));
+  EXPECT_THAT(ParseListJobs({{"stat", "Pending"}}).status().message(), HasSubstr("stat"));
+  EXPECT_FALSE(ParseListJobs({{"tenant", "bad name!"}}).ok());
+}
+
+TEST(ParseSubmitTest, ArrayJobsCarryTheirIndex) {
+  auto r = ParseSubmit("name: a\ncommand: [x]\n", {{"array", "1-3"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->specs.size(), 3u);
+  EXPECT_EQ(r->specs[2].labels.at(kArrayIndexLabel), "3");
+}
+
+TEST(ParseSubmitTest, BadSpecsNameTheField) {
+  EXPECT_THAT(ParseSubmit("name: a\nreplicas: 0\ncommand: [x]\n", {}).status().message(),
+              HasSubstr("replicas"));
+  EXPECT_EQ(ParseSubmit("", {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSubmit(std::string(kMaxSubmitBytes + 1, 'a'), {}).status().code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST(DecodeBase64Test, RoundTrips) {
+  EXPECT_EQ(*DecodeBase64("aGVsbG8="), "hello");
+  EXPECT_EQ(*DecodeBase64("aGVsbG8h"), "hello!");
+  EXPECT_EQ(*DecodeBase64(""), "");
+  EXPECT_FALSE(DecodeBase64("a").ok());
+  EXPECT_FALSE(DecodeBase64("a*==").ok());
+}
+
+// The whole API on a real HTTP server on a port picked by the kernel.
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = Cluster::Open(&store_, &clock_, {});
+    ASSERT_TRUE(c.ok());
+    cluster_ = std::move(*c);
+    logs_ = std::make_unique<LogStore>(::testing::TempDir() + "/api_test_logs");
+    InstallApi(http_, *cluster_, *logs_, ApiOptions{"secret"});
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port_, 0);
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  }
+  void TearDown() override {
+    cluster_->Shutdown();
+    http_.stop();
+    thread_.join();
+  }
+
+  std::pair<int, json> Post(const std::string& path, const std::string& body, bool agent = false) {
+    httplib::Headers h;
+    if (agent) h.emplace("Authorization", "Bearer secret");
+    auto res = client_->Post(path.c_str(), h, body, "application/json");
+    if (!res) return {0, json()};
+    return {res->status, json::parse(res->body, nullptr, false)};
+  }
+  std::pair<int, json> Get(const std::string& path) {
+    auto res = client_->Get(path.c_str());
+    if (!res) return {0, json()};
+    return {res->status, json::parse(res->body, nullptr, false)};
+  }
+  size_t StoredJobs() {
+    auto page = store_.ListJobs({}, 0, 1000);
+    return page.ok() ? page->jobs.size() : 0;
+  }
+
+  store::MemoryStore store_;
+  FakeClock clock_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<LogStore> logs_;
+  httplib::Server http_;
+  std::thread thread_;
+  int port_ = 0;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(ApiTest, SubmitGetListCancel) {
+  auto [status, body] = Post("/api/v1/jobs", "name: a\ncommand: [x]\n");
+  ASSERT_EQ(status, 201) << body.dump();
+  const int64_t id = body["id"];
+  auto [s2, job] = Get("/api/v1/jobs/" + std::to_string(id));
+  EXPECT_EQ(s2, 200);
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_TRUE(job.contains("attempts"));
+  EXPECT_TRUE(job.contains("checkpoint"));
+  auto [s3, list] = Get("/api/v1/jobs?state=Pending");
+  EXPECT_EQ(s3, 200);
+  ASSERT_EQ(list["jobs"].size(), 1u);
+  EXPECT_EQ(list["jobs"][0]["name"], "a");
+  auto [s4, cancelled] = Post("/api/v1/jobs/" + std::to_string(id) + "/cancel", "");
+  EXPECT_EQ(s4, 200);
+  EXPECT_EQ(cancelled["state"], "Cancelled");
+  auto [s5, again] = Post("/api/v1/jobs/" + std::to_string(id) + "/cancel", "");
+  EXPECT_EQ(s5, 409);
+  EXPECT_THAT(again["error"].get<std::string>(), HasSubstr("finished"));
+}
+
+TEST_F(ApiTest, BadRequestsAreRejectedAndChangeNothing) {
+  EXPECT_EQ(Post("/api/v1/jobs", "name: a\nreplicas: zero\ncommand: [x]\n").first, 400);
+  EXPECT_EQ(Post("/api/v1/jobs", "{not json or yaml: [").first, 400);
+  EXPECT_EQ(Post("/api/v1/jobs", std::string(2 << 20, 'x')).first, 413);
+  EXPECT_EQ(Post("/api/v1/jobs", std::string(kMaxRequestBytes + 10, 'x')).first, 413);
+  EXPECT_EQ(Post("/api/v1/jobs?array=9-1", "name: a\ncommand: [x]\n").first, 400);
+  EXPECT_EQ(Post("/api/v1/jobs?bogus=1", "name: a\ncommand: [x]\n").first, 400);
+  EXPECT_EQ(StoredJobs(), 0u);
+
+  auto [s1, e1] = Get("/api/v1/jobs/42");
+  EXPECT_EQ(s1, 404);
+  EXPECT_THAT(e1["error"].get<std::string>(), HasSubstr("job 42"));
+  EXPECT_EQ(Get("/api/v1/jobs/abc").first, 400);
+  EXPECT_EQ(Get("/api/v1/jobs?state=Nope").first, 400);
+  EXPECT_EQ(Get("/api/v1/jobs?limit=100000").first, 400);
+  EXPECT_EQ(Get("/api/v1/nodes/nope").first, 404);
+  EXPECT_EQ(Post("/api/v1/nodes/nope/cordon", "").first, 404);
+  auto [s2, e2] = Get("/api/v1/nope");
+  EXPECT_EQ(s2, 404);
+  EXPECT_TRUE(e2.contains("error"));
+  EXPECT_EQ(Post("/api/v1/jobs/1/checkpoint", "{\"step\": 1}").first, 400);
+}
+
+TEST_F(ApiTest, AgentEndpointsNeedTheTokenAndValidInput) {
+  const std::string reg =
+      R"({"node": {"name": "n1", "address": "127.0.0.1", "gpu_type": "H100",
+          "gpus": [{"index": 0, "uuid": "GPU-0", "memory_mib": 81920}],
+          "cpus": 8, "memory_mib": 65536}, "tasks": []})";
+  EXPECT_EQ(Post("/api/v1/agent/register", reg, false).first, 401);
+  EXPECT_EQ(Post("/api/v1/agent/register", "{", true).first, 400);
+  EXPECT_EQ(Post("/api/v1/agent/register", R"({"node": {"name": "bad name"}})", true).first, 400);
+  EXPECT_EQ(Post("/api/v1/agent/heartbeat", R"({"node": "n1"})", true).first, 404);
+  auto [status, body] = Post("/api/v1/agent/register", reg, true);
+  ASSERT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(body["heartbeat_interval_ms"], 1000);
+  auto [hs, hb] = Post("/api/v1/agent/heartbeat",
+                       R"({"node": "n1", "seq": 1, "tasks": [{"task_id": "7.0.0", "job_id": 7,
+                           "attempt": 0, "rank": 0, "state": "exited"}]})",
+                       true);
+  EXPECT_EQ(hs, 200);
+  EXPECT_EQ(hb["ack"], json::array({"7.0.0"}));
+  EXPECT_EQ(Post("/api/v1/agent/heartbeat",
+                 R"({"node": "n1", "tasks": [{"task_id": "7.0.0", "state": "gone"}]})", true)
+                .first,
+            400);
+  auto [ps, poll] = Post("/api/v1/agent/poll", R"({"node": "n1", "wait_ms": 0})", true);
+  EXPECT_EQ(ps, 200);
+  EXPECT_EQ(poll["commands"], json::array());
+  EXPECT_EQ(
+      Post("/api/v1/agent/logs", R"({"node": "n1", "task_id": "x", "offset": 0})", true).first,
+      400);
+  auto [ns, nodes] = Get("/api/v1/nodes");
+  EXPECT_EQ(ns, 200);
+  ASSERT_EQ(nodes["nodes"].size(), 1u);
+  EXPECT_EQ(nodes["nodes"][0]["state"], "Ready");
+}
+
+TEST_F(ApiTest, LogsRoundTrip) {
+  auto [status, body] = Post("/api/v1/jobs", "name: a\ncommand: [x]\n");
+  ASSERT_EQ(status, 201);
+  const std::string id = std::to_string(body["id"].get<int64_t>());
+  const std::string reg = R"({"node": {"name": "n1", "cpus": 1, "memory_mib": 1024}})";
+  ASSERT_EQ(Post("/api/v1/agent/register", reg, true).first, 200);
+  ASSERT_TRUE(cluster_->SchedulePass().ok());
+  auto [ls, lr] =
+      Post("/api/v1/agent/logs",
+           R"({"node": "n1", "task_id": ")" + id + R"(.0.0", "offset": 0, "data_b64": "aGVsbG8K"})",
+           true);
+  ASSERT_EQ(ls, 200) << lr.dump();
+  EXPECT_EQ(lr["next_offset"], 6);
+  // A chunk that does not start where the copy ends is not written.
+  auto [ls2, lr2] =
+      Post("/api/v1/agent/logs",
+           R"({"node": "n1", "task_id": ")" + id + R"(.0.0", "offset": 3, "data_b64": "aGVsbG8K"})",
+           true);
+  EXPECT_EQ(lr2["next_offset"], 6);
+  auto res = client_->Get(("/api/v1/jobs/" + id + "/logs?rank=0").c_str());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "hello\n");
+  EXPECT_EQ(res->get_header_value("X-Trainyard-Next-Offset"), "6");
+  // Checkpoint lines in metrics become the job's checkpoint.
+  auto [ms, mr] = Post("/api/v1/agent/metrics",
+                       R"({"node": "n1", "task_id": ")" + id +
+                           R"(.0.0", "offset": 0, "end_offset": 100, "lines": [
+                            {"kind": "checkpoint", "path": "/ck/1", "step": 5, "duration_ms": 20},
+                            {"kind": "metric", "loss": 1.5}]})",
+                       true);
+  ASSERT_EQ(ms, 200) << mr.dump();
+  EXPECT_EQ(mr["next_offset"], 100);
+  auto [js, job] = Get("/api/v1/jobs/" + id);
+  EXPECT_EQ(job["checkpoint"]["path"], "/ck/1");
+}
+
+}  // namespace
+}  // namespace trainyard::server

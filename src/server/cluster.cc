@@ -1,0 +1,1437 @@
+#include "server/cluster.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/names.h"
+#include "sched/retry.h"
+#include "sched/schedule.h"
+
+namespace trainyard::server {
+namespace {
+
+using std::chrono::duration_cast;
+
+enum class RankState { kUnknown, kSent, kStarting, kRunning, kExited, kGone };
+
+std::string_view RankStateName(RankState s) {
+  switch (s) {
+    case RankState::kUnknown:
+      return "unknown";
+    case RankState::kSent:
+      return "sent";
+    case RankState::kStarting:
+      return "starting";
+    case RankState::kRunning:
+      return "running";
+    case RankState::kExited:
+      return "exited";
+    case RankState::kGone:
+      return "gone";
+  }
+  return "unknown";
+}
+
+bool Done(RankState s) { return s == RankState::kExited || s == RankState::kGone; }
+
+// Why a gang is being stopped (a preemption is the job's Preempting state instead).
+enum class Stopping { kNone, kFailed, kCancelled, kLost, kRequeue, kTimeLimit };
+
+constexpr std::string_view kCancelPrefix = "cancel requested";
+constexpr std::string_view kTimeLimitPrefix = "time limit reached";
+
+struct Rank {
+  int32_t rank = 0;
+  int32_t replica = 0;
+  int32_t local = 0;
+  std::string node;
+  std::vector<int> gpus;
+  RankState state = RankState::kUnknown;
+  int32_t exit_code = 0;
+  int32_t signal = 0;
+  std::string message;
+  Timestamp sent_at{};
+};
+
+struct Gang {
+  int32_t attempt = 0;
+  std::vector<Rank> ranks;
+  Stopping stopping = Stopping::kNone;
+  std::string stop_message;
+  int32_t failure_code = 0;  // exit code (or -signal) of the rank that failed first
+};
+
+struct JobEntry {
+  Job job;
+  std::optional<Gang> gang;
+};
+
+struct NodeEntry {
+  Node node;  // as stored; node.state is what was last committed
+  std::string address;
+  bool simulated = false;
+  bool connected = false;  // registered with this process and not timed out
+  bool healthy = true;
+  std::string health_message;
+  Timestamp last_heartbeat{};
+  NodeState admin = NodeState::kReady;  // Ready, Cordoned or Draining
+  std::deque<Command> commands;
+};
+
+std::string GpuList(const std::vector<int>& gpus) {
+  std::string out;
+  for (int g : gpus) out += (out.empty() ? "" : ",") + std::to_string(g);
+  return out;
+}
+
+std::string DescribePlacement(const std::vector<sched::Placement>& replicas) {
+  std::string out;
+  for (const auto& p : replicas) {
+    if (!out.empty()) out += " ";
+    out += p.node + "[" + GpuList(p.gpus) + "]";
+  }
+  return out;
+}
+
+// Ports 20000..31999: below Linux's ephemeral range, so a rank's own outgoing
+// connections never hold it. Derived from (job, attempt) so a restarted server
+// computes the same port.
+int MasterPort(JobId job, int32_t attempt) {
+  return 20000 + static_cast<int>((job * 31 + attempt) % 12000);
+}
+
+// argv for a spec: its command + args, or its script run by its #! interpreter.
+std::vector<std::string> TaskArgv(const JobSpec& spec) {
+  if (!spec.command.empty()) {
+    std::vector<std::string> argv = spec.command;
+    argv.insert(argv.end(), spec.args.begin(), spec.args.end());
+    return argv;
+  }
+  std::vector<std::string> argv;
+  std::string_view script = spec.script;
+  size_t start = script.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos && script.substr(start, 2) == "#!") {
+    std::string_view line = script.substr(start + 2, script.find('\n', start) - start - 2);
+    std::istringstream words{std::string(line)};
+    for (std::string w; words >> w;) argv.push_back(w);
+  }
+  if (argv.empty()) argv = {"/bin/sh"};
+  argv.push_back("-c");
+  argv.push_back(spec.script);
+  argv.insert(argv.end(), spec.args.begin(), spec.args.end());
+  return argv;
+}
+
+std::vector<Rank> MakeRanks(const Job& job, const Attempt& a) {
+  std::vector<Rank> ranks;
+  const int32_t procs = std::max(job.spec.procs_per_replica, 1);
+  for (size_t r = 0; r < a.nodes.size(); ++r) {
+    std::vector<int> gpus = r < a.gpus.size() ? a.gpus[r] : std::vector<int>{};
+    const bool split = !gpus.empty() && gpus.size() % static_cast<size_t>(procs) == 0;
+    const size_t per = split ? gpus.size() / static_cast<size_t>(procs) : gpus.size();
+    for (int32_t l = 0; l < procs; ++l) {
+      Rank rank;
+      rank.replica = static_cast<int32_t>(r);
+      rank.local = l;
+      rank.rank = static_cast<int32_t>(r) * procs + l;
+      rank.node = a.nodes[r];
+      rank.gpus = split
+                      ? std::vector<int>(gpus.begin() + static_cast<std::ptrdiff_t>(per * l),
+                                         gpus.begin() + static_cast<std::ptrdiff_t>(per * (l + 1)))
+                      : gpus;
+      ranks.push_back(std::move(rank));
+    }
+  }
+  return ranks;
+}
+
+std::vector<sched::Placement> PlacementOf(const Attempt& a) {
+  std::vector<sched::Placement> out;
+  for (size_t r = 0; r < a.nodes.size(); ++r) {
+    out.push_back({a.nodes[r], r < a.gpus.size() ? a.gpus[r] : std::vector<int>{}});
+  }
+  return out;
+}
+
+struct SubmitRequest {
+  std::vector<JobSpec> specs;
+  std::string actor;
+  std::optional<Result<std::vector<JobId>>> result;
+};
+
+}  // namespace
+
+class Cluster::Impl {
+ public:
+  Impl(store::Store* store, const Clock* clock, ClusterOptions options)
+      : store_(store), clock_(clock), opt_(std::move(options)) {}
+
+  Status Load();
+
+  // Users.
+  Result<std::vector<JobId>> Submit(std::vector<JobSpec> specs, const std::string& actor);
+  Result<JobView> GetJob(JobId id);
+  Result<store::JobPage> ListJobs(const ListJobsRequest& request);
+  Result<store::EventPage> ListEvents(JobId id, int64_t after_seq, int limit);
+  Status Cancel(JobId id, const std::string& actor);
+  Status SetHeld(JobId id, bool held, const std::string& actor);
+  Status ReportCheckpoint(JobId id, const CheckpointReport& report, const std::string& actor);
+  std::vector<NodeView> ListNodes();
+  Result<NodeView> GetNode(const std::string& name);
+  Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor);
+  std::vector<QueueView> ListQueues();
+  std::vector<Tenant> ListTenants();
+  std::vector<PriorityClass> ListPriorityClasses();
+
+  // Agents.
+  Result<RegisterReply> Register(const Registration& registration);
+  Result<std::vector<std::string>> HandleHeartbeat(const Heartbeat& heartbeat);
+  Result<std::vector<Command>> Poll(const std::string& node, Duration wait);
+  bool KnowsTask(const std::string& node, JobId job, int32_t attempt);
+
+  // Loop.
+  Status Tick();
+  Result<PassStats> SchedulePass();
+  bool NeedsPass() {
+    std::lock_guard lk(mu_);
+    return dirty_;
+  }
+  void WaitForWork(Duration wait) {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, wait, [&] { return dirty_ || shutdown_; });
+  }
+  void Shutdown() {
+    {
+      std::lock_guard lk(mu_);
+      shutdown_ = true;
+    }
+    cv_.notify_all();
+  }
+  sched::Snapshot BuildSnapshot() {
+    std::lock_guard lk(mu_);
+    return SnapshotLocked();
+  }
+
+ private:
+  // REQUIRES (all *Locked and the helpers below): mu_ held.
+  Status CommitLocked(const store::WriteBatch& batch) { return store_->Commit(batch); }
+  sched::Snapshot SnapshotLocked();
+  JobView ViewLocked(const JobEntry& e) const;
+  NodeState EffectiveState(const NodeEntry& n) const {
+    if (!n.connected) return NodeState::kNotReady;
+    if (!n.healthy) return NodeState::kNotReady;
+    return n.admin;
+  }
+  // Persists the node when its effective state (or record) changed.
+  Status SyncNodeLocked(NodeEntry& n, const std::string& reason);
+  const PriorityClass* ClassOf(const Job& job) const {
+    auto it = classes_.find(job.spec.priority);
+    return it == classes_.end() ? nullptr : &it->second;
+  }
+  void Push(const std::string& node, Command c) {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end() || !it->second.connected) return;
+    it->second.commands.push_back(std::move(c));
+    cv_.notify_all();
+  }
+  TaskStart BuildStart(const JobEntry& e, const Rank& r) const;
+  // Sends stop (or withdraws a start not yet delivered) to every live rank.
+  void StopRanksLocked(JobEntry& e);
+  // Starts stopping the gang for `why`; kLost also moves the job to Lost (committed).
+  Status StopGangLocked(JobEntry& e, Stopping why, std::string message);
+  Status PreemptLocked(JobEntry& e, const std::string& why, const std::string& actor);
+  // Moves the job on from what its ranks report: Running when all run; stop the
+  // gang when one fails; end the attempt when all are done. Commits what it changes.
+  Status EvaluateLocked(JobId id);
+  void UpdateRankLocked(Rank& r, const TaskStatus& t) {
+    if (t.state == "exited") {
+      r.state = RankState::kExited;
+      r.exit_code = t.exit_code;
+      r.signal = t.signal;
+      r.message = t.message;
+    } else if (!Done(r.state)) {
+      r.state = t.state == "running" ? RankState::kRunning : RankState::kStarting;
+    }
+  }
+  // The rank `t` is about, when it belongs to the open attempt of an active job and
+  // runs on `node`.
+  std::pair<JobEntry*, Rank*> FindRank(const std::string& node, const TaskStatus& t);
+  void CommitGroup(std::vector<SubmitRequest*>& group);
+
+  store::Store* const store_;
+  const Clock* const clock_;
+  const ClusterOptions opt_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool dirty_ = true;                                            // GUARDED_BY(mu_)
+  bool shutdown_ = false;                                        // GUARDED_BY(mu_)
+  std::map<JobId, JobEntry> jobs_;                               // GUARDED_BY(mu_): active
+  std::map<std::string, NodeEntry> nodes_;                       // GUARDED_BY(mu_)
+  std::map<std::string, Tenant> tenants_;                        // GUARDED_BY(mu_)
+  std::map<std::pair<std::string, std::string>, Queue> queues_;  // GUARDED_BY(mu_)
+  std::map<std::string, PriorityClass> classes_;                 // GUARDED_BY(mu_)
+
+  // Group commit of submissions: the first waiter becomes the leader and commits
+  // everything queued so far in one transaction.
+  std::mutex submit_mu_;
+  std::condition_variable submit_cv_;
+  std::vector<SubmitRequest*> submit_queue_;  // GUARDED_BY(submit_mu_)
+  bool submit_leader_ = false;                // GUARDED_BY(submit_mu_)
+};
+
+// --- loading ------------------------------------------------------------------------
+
+Status Cluster::Impl::Load() {
+  TY_ASSIGN_OR_RETURN(store::StoredState state, store_->LoadAll());
+  const Timestamp now = clock_->Now();
+  store::WriteBatch seed;
+  if (state.tenants.empty()) {
+    seed.PutTenant(Tenant{kDefaultTenant, "created by the server on first start"});
+    seed.PutQueue(Queue{kDefaultQueue, kDefaultTenant, "", 0, kMaxQueueGpus, 1.0});
+  }
+  if (state.priority_classes.empty()) {
+    for (const auto& pc : DefaultPriorityClasses()) seed.PutPriorityClass(pc);
+  }
+  for (Job& job : state.active_jobs) {
+    // Admitted is not used by this server: a binding is committed as Starting.
+    if (job.state == JobState::kAdmitted) {
+      TY_RETURN_IF_ERROR(job.TransitionTo(JobState::kPending, now, "requeued on server start"));
+      seed.PutJob(job);
+    }
+  }
+  if (!seed.empty()) {
+    TY_RETURN_IF_ERROR(store_->Commit(seed));
+    TY_ASSIGN_OR_RETURN(state, store_->LoadAll());
+  }
+  std::lock_guard lk(mu_);
+  for (auto& t : state.tenants) tenants_[t.name] = t;
+  for (auto& q : state.queues) queues_[{q.tenant, q.name}] = q;
+  for (auto& pc : state.priority_classes) classes_[pc.name] = pc;
+  for (auto& n : state.nodes) {
+    NodeEntry e;
+    e.node = n;
+    e.admin = n.state == NodeState::kCordoned || n.state == NodeState::kDraining
+                  ? n.state
+                  : NodeState::kReady;
+    // Agents get node_timeout from now to come back before their work is given up.
+    e.last_heartbeat = now;
+    nodes_[n.name] = std::move(e);
+  }
+  for (auto& job : state.active_jobs) {
+    JobEntry e;
+    e.job = std::move(job);
+    if (const Attempt* a = e.job.CurrentAttempt()) {
+      Gang g;
+      g.attempt = a->index;
+      g.ranks = MakeRanks(e.job, *a);
+      if (e.job.state == JobState::kLost) {
+        g.stopping = Stopping::kLost;
+      } else if (e.job.reason.starts_with(kCancelPrefix)) {
+        g.stopping = Stopping::kCancelled;
+      } else if (e.job.reason.starts_with(kTimeLimitPrefix)) {
+        g.stopping = Stopping::kTimeLimit;
+      }
+      g.stop_message = e.job.reason;
+      e.gang = std::move(g);
+    }
+    jobs_[e.job.id] = std::move(e);
+  }
+  dirty_ = true;
+  return Status::Ok();
+}
+
+// --- snapshot ------------------------------------------------------------------------
+
+sched::Snapshot Cluster::Impl::SnapshotLocked() {
+  sched::Snapshot s;
+  s.now = clock_->Now();
+  for (const auto& [name, n] : nodes_) {
+    Node node = n.node;
+    node.state = EffectiveState(n);
+    s.nodes.push_back(std::move(node));
+  }
+  for (const auto& [key, q] : queues_) s.queues.push_back(q);
+  for (const auto& [id, e] : jobs_) {
+    const Job& job = e.job;
+    const PriorityClass* pc = ClassOf(job);
+    const int32_t priority = pc ? pc->value : 0;
+    const bool preemptible = pc ? pc->preemptible : true;
+    if (const Attempt* a = job.CurrentAttempt()) {
+      sched::RunningJob r;
+      r.id = id;
+      r.tenant = job.spec.tenant;
+      r.queue = job.spec.queue;
+      r.priority = priority;
+      r.preemptible = preemptible;
+      r.per_replica = job.spec.resources;
+      r.replicas = PlacementOf(*a);
+      r.start_time = a->start_time;
+      if (job.checkpoint && job.checkpoint->completed_at > a->start_time) {
+        r.last_checkpoint = job.checkpoint->completed_at;
+      }
+      r.time_limit = job.spec.time_limit;
+      r.preempting =
+          job.state != JobState::kRunning || (e.gang && e.gang->stopping != Stopping::kNone);
+      s.running.push_back(std::move(r));
+    } else if (job.state == JobState::kPending) {
+      sched::PendingJob p;
+      p.id = id;
+      p.name = job.spec.name;
+      p.tenant = job.spec.tenant;
+      p.queue = job.spec.queue;
+      p.priority = priority;
+      p.preemptible = preemptible;
+      p.replicas = job.spec.replicas;
+      p.min_replicas = job.spec.min_replicas;
+      p.per_replica = job.spec.resources;
+      p.topology = job.spec.topology;
+      p.submit_time = job.submit_time;
+      p.eligible_time = sched::EligibleTime(job);
+      p.time_limit = job.spec.time_limit;
+      p.excluded_nodes = sched::ExcludedNodes(job);
+      p.held = job.held;
+      Duration attained{0};
+      for (const Attempt& a : job.attempts) {
+        if (a.end_time) {
+          attained +=
+              (*a.end_time - a.start_time) *
+              std::max<int64_t>(1, job.spec.resources.gpus * static_cast<int64_t>(a.nodes.size()));
+        }
+      }
+      p.attained_service = attained;
+      s.pending.push_back(std::move(p));
+    }
+  }
+  return s;
+}
+
+JobView Cluster::Impl::ViewLocked(const JobEntry& e) const {
+  JobView v;
+  v.job = e.job;
+  if (const Attempt* a = e.job.CurrentAttempt()) v.placement = PlacementOf(*a);
+  if (e.gang) {
+    for (const Rank& r : e.gang->ranks) {
+      v.ranks.push_back({r.rank, r.replica, r.node, r.gpus, std::string(RankStateName(r.state)),
+                         r.exit_code, r.signal, r.message});
+    }
+    v.stopping = e.gang->stop_message;
+    if (e.gang->stopping == Stopping::kNone) v.stopping.clear();
+  }
+  return v;
+}
+
+// --- submission (group commit) ----------------------------------------------------------
+
+Result<std::vector<JobId>> Cluster::Impl::Submit(std::vector<JobSpec> specs,
+                                                 const std::string& actor) {
+  if (specs.empty()) return InvalidArgument("submit: no job given");
+  SubmitRequest req{std::move(specs), actor, std::nullopt};
+  std::unique_lock lk(submit_mu_);
+  submit_queue_.push_back(&req);
+  while (!req.result) {
+    if (!submit_leader_) {
+      submit_leader_ = true;
+      std::vector<SubmitRequest*> group;
+      group.swap(submit_queue_);
+      lk.unlock();
+      CommitGroup(group);
+      lk.lock();
+      submit_leader_ = false;
+      submit_cv_.notify_all();
+    } else {
+      submit_cv_.wait(lk);
+    }
+  }
+  return std::move(*req.result);
+}
+
+void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
+  const Timestamp now = clock_->Now();
+  // Check each request against the tenancy as it is now; the rejected ones get
+  // their error and take no part in the commit.
+  std::vector<SubmitRequest*> accepted;
+  std::vector<Tenant> new_tenants;
+  std::vector<Queue> new_queues;
+  {
+    std::lock_guard lk(mu_);
+    std::set<std::string> tenants_added;
+    std::set<std::pair<std::string, std::string>> queues_added;
+    for (SubmitRequest* r : group) {
+      Status bad;
+      for (size_t i = 0; i < r->specs.size() && bad.ok(); ++i) {
+        const JobSpec& s = r->specs[i];
+        if (!classes_.contains(s.priority)) {
+          std::string valid;
+          for (const auto& [n, pc] : classes_) valid += (valid.empty() ? "" : ", ") + n;
+          bad = InvalidArgument("priority: no priority class " + QuoteForMessage(s.priority) +
+                                "; valid: " + valid);
+        } else if (!queues_.contains({s.tenant, s.queue}) &&
+                   !queues_added.contains({s.tenant, s.queue})) {
+          if (!opt_.auto_create_queues) {
+            bad = InvalidArgument("queue: tenant " + QuoteForMessage(s.tenant) + " has no queue " +
+                                  QuoteForMessage(s.queue));
+          }
+        }
+      }
+      if (!bad.ok()) {
+        r->result = bad;
+        continue;
+      }
+      for (const JobSpec& s : r->specs) {
+        if (!tenants_.contains(s.tenant) && tenants_added.insert(s.tenant).second) {
+          new_tenants.push_back(Tenant{s.tenant, "created on first submission"});
+        }
+        if (!queues_.contains({s.tenant, s.queue}) &&
+            queues_added.insert({s.tenant, s.queue}).second) {
+          new_queues.push_back(Queue{s.queue, s.tenant, "", 0, kMaxQueueGpus, 1.0});
+        }
+      }
+      accepted.push_back(r);
+    }
+  }
+  int64_t n = 0;
+  for (SubmitRequest* r : accepted) n += static_cast<int64_t>(r->specs.size());
+  if (n == 0) return;
+  auto fail_all = [&](const Status& s) {
+    for (SubmitRequest* r : accepted) r->result = s;
+  };
+  Result<JobId> first = store_->ReserveJobIds(n);
+  if (!first.ok()) return fail_all(first.status());
+  store::WriteBatch batch;
+  for (const Tenant& t : new_tenants) batch.PutTenant(t);
+  for (const Queue& q : new_queues) batch.PutQueue(q);
+  std::vector<Job> jobs;
+  jobs.reserve(static_cast<size_t>(n));
+  JobId next = *first;
+  for (SubmitRequest* r : accepted) {
+    std::vector<JobId> ids;
+    for (JobSpec& s : r->specs) {
+      Job job;
+      job.id = next++;
+      job.spec = std::move(s);
+      job.state = JobState::kPending;
+      job.reason = "submitted";
+      job.submit_time = now;
+      job.state_time = now;
+      job.submitted_by = r->actor;
+      batch.PutJob(job);
+      batch.AppendEvent(job.id, now, r->actor, "Submitted",
+                        "submitted: " + std::to_string(job.spec.replicas) + " replica(s) of " +
+                            Describe(job.spec.resources));
+      ids.push_back(job.id);
+      jobs.push_back(std::move(job));
+    }
+    r->result = std::move(ids);
+  }
+  if (Status s = store_->Commit(batch); !s.ok()) return fail_all(s);
+  {
+    std::lock_guard lk(mu_);
+    for (Tenant& t : new_tenants) tenants_[t.name] = t;
+    for (Queue& q : new_queues) queues_[{q.tenant, q.name}] = q;
+    for (Job& job : jobs) {
+      const JobId id = job.id;
+      jobs_[id] = JobEntry{std::move(job), std::nullopt};
+    }
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+// --- user reads and writes ------------------------------------------------------------
+
+Result<JobView> Cluster::Impl::GetJob(JobId id) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) return ViewLocked(it->second);
+  }
+  TY_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(id));
+  if (!job) return NotFound("job " + std::to_string(id) + " does not exist");
+  JobView v;
+  v.job = std::move(*job);
+  return v;
+}
+
+Result<store::JobPage> Cluster::Impl::ListJobs(const ListJobsRequest& req) {
+  TY_ASSIGN_OR_RETURN(store::JobPage page, store_->ListJobs(req.filter, req.after_id, req.limit));
+  std::lock_guard lk(mu_);
+  // Pending reasons change every pass and are not stored: show the live ones.
+  for (Job& j : page.jobs) {
+    auto it = jobs_.find(j.id);
+    if (it != jobs_.end() && it->second.job.state == j.state) j = it->second.job;
+  }
+  return page;
+}
+
+Result<store::EventPage> Cluster::Impl::ListEvents(JobId id, int64_t after_seq, int limit) {
+  {
+    std::lock_guard lk(mu_);
+    if (!jobs_.contains(id)) {
+      TY_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(id));
+      if (!job) return NotFound("job " + std::to_string(id) + " does not exist");
+    }
+  }
+  return store_->ListEvents(id, after_seq, limit);
+}
+
+Status Cluster::Impl::Cancel(JobId id, const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    TY_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(id));
+    if (!job) return NotFound("job " + std::to_string(id) + " does not exist");
+    return FailedPrecondition("job " + std::to_string(id) +
+                              " has already finished: " + std::string(JobStateName(job->state)));
+  }
+  JobEntry& e = it->second;
+  const Timestamp now = clock_->Now();
+  if (!e.gang) {
+    Job next = e.job;
+    TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kCancelled, now, "cancelled by " + actor));
+    store::WriteBatch b;
+    b.PutJob(next);
+    b.AppendEvent(id, now, actor, "Cancelled",
+                  "cancelled while " + std::string(JobStateName(e.job.state)));
+    TY_RETURN_IF_ERROR(CommitLocked(b));
+    jobs_.erase(it);
+    dirty_ = true;
+    return Status::Ok();
+  }
+  if (e.gang->stopping == Stopping::kCancelled) return Status::Ok();
+  // The request is stored first (in the job's reason), so a restarted server still
+  // finishes the cancellation.
+  Job next = e.job;
+  next.reason = std::string(kCancelPrefix) + " by " + actor;
+  store::WriteBatch b;
+  b.PutJob(next);
+  b.AppendEvent(id, now, actor, "CancelRequested", "stopping every rank");
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  e.job = std::move(next);
+  e.gang->stopping = Stopping::kCancelled;
+  e.gang->stop_message = e.job.reason;
+  StopRanksLocked(e);
+  return EvaluateLocked(id);
+}
+
+Status Cluster::Impl::SetHeld(JobId id, bool held, const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(id);
+  const std::string verb = held ? "hold" : "release";
+  if (it == jobs_.end()) {
+    TY_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(id));
+    if (!job) return NotFound("job " + std::to_string(id) + " does not exist");
+    return FailedPrecondition("cannot " + verb + " job " + std::to_string(id) + ": it is " +
+                              std::string(JobStateName(job->state)));
+  }
+  JobEntry& e = it->second;
+  if (e.job.state != JobState::kPending) {
+    return FailedPrecondition("cannot " + verb + " job " + std::to_string(id) + ": it is " +
+                              std::string(JobStateName(e.job.state)) +
+                              "; only Pending jobs can be " + (held ? "held" : "released"));
+  }
+  if (e.job.held == held) return Status::Ok();
+  const Timestamp now = clock_->Now();
+  Job next = e.job;
+  next.held = held;
+  next.reason = held ? "held by " + actor : "released by " + actor;
+  store::WriteBatch b;
+  b.PutJob(next);
+  b.AppendEvent(id, now, actor, held ? "Held" : "Released", next.reason);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  e.job = std::move(next);
+  dirty_ = true;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status Cluster::Impl::ReportCheckpoint(JobId id, const CheckpointReport& report,
+                                       const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    TY_ASSIGN_OR_RETURN(std::optional<Job> job, store_->GetJob(id));
+    if (!job) return NotFound("job " + std::to_string(id) + " does not exist");
+    return FailedPrecondition("job " + std::to_string(id) + " has finished (" +
+                              std::string(JobStateName(job->state)) +
+                              "); checkpoints are reported while it runs");
+  }
+  JobEntry& e = it->second;
+  if (!e.job.CurrentAttempt()) {
+    return FailedPrecondition("job " + std::to_string(id) + " is " +
+                              std::string(JobStateName(e.job.state)) +
+                              "; checkpoints are reported while it runs");
+  }
+  const Timestamp now = clock_->Now();
+  Job next = e.job;
+  next.checkpoint = CheckpointInfo{report.path, report.step, now, report.write_duration};
+  store::WriteBatch b;
+  b.PutJob(next);
+  b.AppendEvent(id, now, actor, "Checkpoint",
+                "checkpoint at step " + std::to_string(report.step) + ": " + report.path +
+                    " (written in " + FormatDuration(report.write_duration) + ")");
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  e.job = std::move(next);
+  return Status::Ok();
+}
+
+std::vector<NodeView> Cluster::Impl::ListNodes() {
+  std::lock_guard lk(mu_);
+  std::map<std::string, NodeView> views;
+  for (const auto& [name, n] : nodes_) {
+    NodeView v;
+    v.node = n.node;
+    v.node.state = EffectiveState(n);
+    if (!n.connected) {
+      v.node.state_reason =
+          n.node.state == NodeState::kNotReady ? n.node.state_reason : "agent not connected";
+    } else if (!n.healthy) {
+      v.node.state_reason = n.health_message;
+    }
+    v.address = n.address;
+    v.simulated = n.simulated;
+    v.connected = n.connected;
+    v.last_heartbeat = n.last_heartbeat;
+    views[name] = std::move(v);
+  }
+  for (const auto& [id, e] : jobs_) {
+    const Attempt* a = e.job.CurrentAttempt();
+    if (a == nullptr) continue;
+    for (const auto& p : PlacementOf(*a)) {
+      auto it = views.find(p.node);
+      if (it == views.end()) continue;
+      it->second.gpus_used += static_cast<int64_t>(p.gpus.size());
+      if (it->second.jobs.empty() || it->second.jobs.back() != id) it->second.jobs.push_back(id);
+    }
+  }
+  std::vector<NodeView> out;
+  for (auto& [name, v] : views) out.push_back(std::move(v));
+  return out;
+}
+
+Result<NodeView> Cluster::Impl::GetNode(const std::string& name) {
+  for (NodeView& v : ListNodes()) {
+    if (v.node.name == name) return std::move(v);
+  }
+  return NotFound("node " + QuoteForMessage(name) + " does not exist");
+}
+
+Status Cluster::Impl::SyncNodeLocked(NodeEntry& n, const std::string& reason) {
+  Node next = n.node;
+  next.state = EffectiveState(n);
+  next.state_reason = next.state == NodeState::kReady ? "" : reason;
+  if (next == n.node) return Status::Ok();
+  store::WriteBatch b;
+  b.PutNode(next);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  n.node = std::move(next);
+  return Status::Ok();
+}
+
+Status Cluster::Impl::SetNodeAdminState(const std::string& name, NodeState state,
+                                        const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return NotFound("node " + QuoteForMessage(name) + " does not exist");
+  NodeEntry& n = it->second;
+  const NodeState before = n.admin;
+  n.admin = state;
+  const std::string verb = state == NodeState::kReady      ? "uncordoned"
+                           : state == NodeState::kCordoned ? "cordoned"
+                                                           : "drained";
+  if (Status s = SyncNodeLocked(n, verb + " by " + actor); !s.ok()) {
+    n.admin = before;
+    return s;
+  }
+  dirty_ = true;
+  cv_.notify_all();
+  if (state != NodeState::kDraining) return Status::Ok();
+  // Drain: move every gang with a rank here off the node, as a preemption.
+  std::vector<JobId> ids;
+  for (const auto& [id, e] : jobs_) {
+    if (!e.gang) continue;
+    for (const Rank& r : e.gang->ranks) {
+      if (r.node == name && !Done(r.state)) {
+        ids.push_back(id);
+        break;
+      }
+    }
+  }
+  for (JobId id : ids) {
+    JobEntry& e = jobs_[id];
+    if (e.gang->stopping != Stopping::kNone || e.job.state == JobState::kPreempting) continue;
+    if (e.job.state == JobState::kRunning) {
+      TY_RETURN_IF_ERROR(PreemptLocked(e, "node " + name + " is being drained", actor));
+    } else {
+      TY_RETURN_IF_ERROR(
+          StopGangLocked(e, Stopping::kRequeue, "node " + name + " is being drained"));
+      TY_RETURN_IF_ERROR(EvaluateLocked(id));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<QueueView> Cluster::Impl::ListQueues() {
+  std::lock_guard lk(mu_);
+  std::map<std::pair<std::string, std::string>, QueueView> views;
+  for (const auto& [key, q] : queues_) views[key].queue = q;
+  for (const auto& [id, e] : jobs_) {
+    auto it = views.find({e.job.spec.tenant, e.job.spec.queue});
+    if (it == views.end()) continue;
+    if (const Attempt* a = e.job.CurrentAttempt()) {
+      it->second.gpus_in_use += e.job.spec.resources.gpus * static_cast<int64_t>(a->nodes.size());
+      ++it->second.running_jobs;
+    } else if (e.job.state == JobState::kPending) {
+      ++it->second.pending_jobs;
+    }
+  }
+  std::vector<QueueView> out;
+  for (auto& [key, v] : views) {
+    v.gpus_borrowed = std::max<int64_t>(0, v.gpus_in_use - v.queue.guaranteed_gpus);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<Tenant> Cluster::Impl::ListTenants() {
+  std::lock_guard lk(mu_);
+  std::vector<Tenant> out;
+  for (const auto& [n, t] : tenants_) out.push_back(t);
+  return out;
+}
+
+std::vector<PriorityClass> Cluster::Impl::ListPriorityClasses() {
+  std::lock_guard lk(mu_);
+  std::vector<PriorityClass> out;
+  for (const auto& [n, pc] : classes_) out.push_back(pc);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.value > b.value; });
+  return out;
+}
+
+// --- gang lifecycle -------------------------------------------------------------------
+
+TaskStart Cluster::Impl::BuildStart(const JobEntry& e, const Rank& r) const {
+  const Job& job = e.job;
+  const Gang& g = *e.gang;
+  TaskStart t;
+  t.task_id = TaskId(job.id, g.attempt, r.rank);
+  t.job_id = job.id;
+  t.attempt = g.attempt;
+  t.rank = r.rank;
+  t.argv = TaskArgv(job.spec);
+  t.workdir = job.spec.working_dir;
+  t.gpus = r.gpus;
+  t.env = job.spec.env;
+  std::string master_addr = "127.0.0.1";
+  if (!g.ranks.empty()) {
+    auto n = nodes_.find(g.ranks.front().node);
+    if (n != nodes_.end() && !n->second.address.empty()) master_addr = n->second.address;
+  }
+  const int32_t procs = std::max(job.spec.procs_per_replica, 1);
+  auto& env = t.env;
+  env["MASTER_ADDR"] = master_addr;
+  env["MASTER_PORT"] = std::to_string(MasterPort(job.id, g.attempt));
+  env["WORLD_SIZE"] = std::to_string(g.ranks.size());
+  env["RANK"] = std::to_string(r.rank);
+  env["LOCAL_RANK"] = std::to_string(r.local);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
+  env["GROUP_RANK"] = std::to_string(r.replica);
+  env["NODE_RANK"] = std::to_string(r.replica);
+  env["CUDA_VISIBLE_DEVICES"] = GpuList(r.gpus);
+  env["TRAINYARD_JOB_ID"] = std::to_string(job.id);
+  env["TRAINYARD_JOB_NAME"] = job.spec.name;
+  env["TRAINYARD_ATTEMPT"] = std::to_string(g.attempt);
+  env["TRAINYARD_TASK_ID"] = t.task_id;
+  env["TRAINYARD_NUM_REPLICAS"] = std::to_string(g.ranks.size() / static_cast<size_t>(procs));
+  env["TRAINYARD_CHECKPOINT_DIR"] = !job.spec.checkpoint.dir.empty()
+                                        ? job.spec.checkpoint.dir
+                                        : opt_.checkpoint_root + "/" + std::to_string(job.id);
+  env["TRAINYARD_RESUME_FROM"] = job.checkpoint ? job.checkpoint->path : "";
+  if (auto it = job.spec.labels.find(kArrayIndexLabel); it != job.spec.labels.end()) {
+    env["TRAINYARD_ARRAY_INDEX"] = it->second;
+  }
+  return t;
+}
+
+void Cluster::Impl::StopRanksLocked(JobEntry& e) {
+  Gang& g = *e.gang;
+  for (Rank& r : g.ranks) {
+    if (Done(r.state)) continue;
+    const std::string id = TaskId(e.job.id, g.attempt, r.rank);
+    auto n = nodes_.find(r.node);
+    if (n == nodes_.end() || !n->second.connected) {
+      // Its node is gone (or not back yet): the rank is counted out now if the node
+      // is known dead, else when the node returns or times out.
+      if (n == nodes_.end() || n->second.node.state == NodeState::kNotReady) {
+        r.state = RankState::kGone;
+      }
+      continue;
+    }
+    if (r.state == RankState::kSent) {
+      auto& q = n->second.commands;
+      auto pos = std::find_if(q.begin(), q.end(), [&](const Command& c) {
+        return c.kind == Command::Kind::kStart && c.start.task_id == id;
+      });
+      if (pos != q.end()) {
+        q.erase(pos);
+        r.state = RankState::kGone;
+        continue;
+      }
+    }
+    Command c;
+    c.kind = Command::Kind::kStop;
+    c.task_id = id;
+    c.grace = opt_.stop_grace;
+    Push(r.node, std::move(c));
+  }
+}
+
+Status Cluster::Impl::StopGangLocked(JobEntry& e, Stopping why, std::string message) {
+  Gang& g = *e.gang;
+  if (why == Stopping::kLost || why == Stopping::kTimeLimit) {
+    const Timestamp now = clock_->Now();
+    Job next = e.job;
+    if (why == Stopping::kLost && next.state != JobState::kLost) {
+      TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kLost, now, message));
+    } else {
+      next.reason = message;
+    }
+    store::WriteBatch b;
+    b.PutJob(next);
+    b.AppendEvent(e.job.id, now, "server", why == Stopping::kLost ? "Lost" : "TimeLimit", message);
+    TY_RETURN_IF_ERROR(CommitLocked(b));
+    e.job = std::move(next);
+  }
+  g.stopping = why;
+  g.stop_message = std::move(message);
+  StopRanksLocked(e);
+  return Status::Ok();
+}
+
+Status Cluster::Impl::PreemptLocked(JobEntry& e, const std::string& why, const std::string& actor) {
+  const Timestamp now = clock_->Now();
+  Job next = e.job;
+  TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kPreempting, now, why));
+  store::WriteBatch b;
+  b.PutJob(next);
+  b.AppendEvent(
+      e.job.id, now, actor, "Preempting",
+      why + "; work since the last checkpoint so far: " + FormatDuration(e.job.LostWorkAt(now)));
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  e.job = std::move(next);
+  const int signal = std::max(SignalNumber(e.job.spec.checkpoint.notice_signal), 1);
+  for (const Rank& r : e.gang->ranks) {
+    if (Done(r.state)) continue;
+    Command c;
+    c.kind = Command::Kind::kPreempt;
+    c.task_id = TaskId(e.job.id, e.gang->attempt, r.rank);
+    c.signal = signal;
+    c.grace = e.job.spec.checkpoint.preempt_grace;
+    Push(r.node, std::move(c));
+  }
+  return Status::Ok();
+}
+
+Status Cluster::Impl::EvaluateLocked(JobId id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !it->second.gang) return Status::Ok();
+  JobEntry& e = it->second;
+  Gang& g = *e.gang;
+  const Timestamp now = clock_->Now();
+  const bool all_done =
+      std::all_of(g.ranks.begin(), g.ranks.end(), [](const Rank& r) { return Done(r.state); });
+  const Rank* failed = nullptr;
+  for (const Rank& r : g.ranks) {
+    if (r.state == RankState::kExited && (r.exit_code != 0 || r.signal != 0)) {
+      failed = &r;
+      break;
+    }
+  }
+  auto describe = [&](const Rank& r) {
+    std::string m = "rank " + std::to_string(r.rank) + " on " + r.node;
+    if (r.signal != 0) {
+      m += " killed by signal " + std::to_string(r.signal);
+    } else {
+      m += " exited with code " + std::to_string(r.exit_code);
+    }
+    if (!r.message.empty()) m += ": " + r.message;
+    return m;
+  };
+  if (!all_done) {
+    if (g.stopping == Stopping::kNone && e.job.state != JobState::kPreempting && failed) {
+      g.failure_code = failed->signal ? -failed->signal : failed->exit_code;
+      return StopGangLocked(e, Stopping::kFailed, describe(*failed));
+    }
+    const bool all_running = std::all_of(g.ranks.begin(), g.ranks.end(), [](const Rank& r) {
+      return r.state == RankState::kRunning || r.state == RankState::kExited;
+    });
+    if (e.job.state == JobState::kStarting && all_running && g.stopping == Stopping::kNone) {
+      Job next = e.job;
+      TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kRunning, now, "all ranks running"));
+      store::WriteBatch b;
+      b.PutJob(next);
+      b.AppendEvent(id, now, "server", "Running",
+                    "all " + std::to_string(g.ranks.size()) + " rank(s) running");
+      TY_RETURN_IF_ERROR(CommitLocked(b));
+      e.job = std::move(next);
+    }
+    return Status::Ok();
+  }
+  // Every rank is done: close the attempt.
+  Job next = e.job;
+  std::vector<std::pair<std::string, std::string>> events;  // kind, message
+  const bool requeue = next.spec.requeue;
+  if (next.state == JobState::kPreempting) {
+    const Duration lost = next.LostWorkAt(now);
+    TY_RETURN_IF_ERROR(next.EndAttempt(requeue ? JobState::kPending : JobState::kFailed, now,
+                                       ExitReason::kPreempted, 0, "preempted: " + next.reason));
+    events.emplace_back(requeue ? "Requeued" : "Failed",
+                        "preempted; lost work " + FormatDuration(lost) +
+                            (next.checkpoint ? "; resumes from " + next.checkpoint->path
+                                             : "; no checkpoint, restarts from the beginning"));
+  } else if (g.stopping == Stopping::kCancelled) {
+    TY_RETURN_IF_ERROR(
+        next.EndAttempt(JobState::kCancelled, now, ExitReason::kCancelled, 0, g.stop_message));
+    events.emplace_back("Cancelled", "every rank stopped");
+  } else if (g.stopping == Stopping::kLost || g.stopping == Stopping::kRequeue) {
+    const bool lost = g.stopping == Stopping::kLost;
+    const Duration lost_work = next.LostWorkAt(now);
+    TY_RETURN_IF_ERROR(next.EndAttempt(requeue ? JobState::kPending : JobState::kFailed, now,
+                                       lost ? ExitReason::kNodeLost : ExitReason::kPreempted, 0,
+                                       g.stop_message));
+    events.emplace_back(requeue ? "Requeued" : "Failed",
+                        g.stop_message + "; lost work " + FormatDuration(lost_work));
+  } else if (g.stopping == Stopping::kTimeLimit) {
+    TY_RETURN_IF_ERROR(
+        next.EndAttempt(JobState::kFailed, now, ExitReason::kTimeLimit, 0, g.stop_message));
+    events.emplace_back("Failed", g.stop_message);
+  } else if (failed || g.stopping == Stopping::kFailed) {
+    // The first failure is the cause; later ones are usually the stop we sent.
+    const bool first = g.stopping == Stopping::kFailed;
+    const std::string why = first ? g.stop_message : describe(*failed);
+    const int32_t code =
+        first ? g.failure_code : (failed->signal ? -failed->signal : failed->exit_code);
+    if (sched::MayRetry(next.spec.retry, next.retries)) {
+      TY_RETURN_IF_ERROR(next.EndAttempt(JobState::kPending, now, ExitReason::kFailed, code, why));
+      const Duration backoff = sched::RetryBackoff(next.spec.retry, next.retries);
+      next.reason = why + "; retry " + std::to_string(next.retries) + " of " +
+                    std::to_string(next.spec.retry.max) + " after " + FormatDuration(backoff);
+      events.emplace_back("Retrying", next.reason);
+    } else {
+      if (next.state == JobState::kRunning || next.state == JobState::kStarting ||
+          next.state == JobState::kLost || next.state == JobState::kPreempting) {
+        TY_RETURN_IF_ERROR(next.EndAttempt(JobState::kFailed, now, ExitReason::kFailed, code, why));
+      }
+      events.emplace_back("Failed", why);
+    }
+  } else {
+    if (next.state == JobState::kStarting) {
+      TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kRunning, now, "all ranks ran"));
+    }
+    TY_RETURN_IF_ERROR(
+        next.EndAttempt(JobState::kSucceeded, now, ExitReason::kSucceeded, 0,
+                        "all " + std::to_string(g.ranks.size()) + " rank(s) exited 0"));
+    events.emplace_back("Succeeded", next.reason);
+  }
+  store::WriteBatch b;
+  b.PutJob(next);
+  for (auto& [kind, message] : events) b.AppendEvent(id, now, "server", kind, message);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  e.job = std::move(next);
+  e.gang.reset();
+  if (IsTerminal(e.job.state)) jobs_.erase(it);
+  dirty_ = true;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+// --- agents -------------------------------------------------------------------------------
+
+std::pair<JobEntry*, Rank*> Cluster::Impl::FindRank(const std::string& node, const TaskStatus& t) {
+  auto it = jobs_.find(t.job_id);
+  if (it == jobs_.end() || !it->second.gang || it->second.gang->attempt != t.attempt) {
+    return {nullptr, nullptr};
+  }
+  auto& ranks = it->second.gang->ranks;
+  if (t.rank < 0 || static_cast<size_t>(t.rank) >= ranks.size()) return {nullptr, nullptr};
+  Rank& r = ranks[static_cast<size_t>(t.rank)];
+  if (r.node != node) return {nullptr, nullptr};
+  return {&it->second, &r};
+}
+
+Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
+  std::lock_guard lk(mu_);
+  const Timestamp now = clock_->Now();
+  const std::string& name = reg.node.name;
+  NodeEntry& n = nodes_[name];
+  const bool known = !n.node.name.empty();
+  Node incoming = reg.node;
+  incoming.state = n.node.state;
+  incoming.state_reason = n.node.state_reason;
+  if (!known) incoming.state = NodeState::kNotReady;  // so that SyncNodeLocked stores it
+  n.node = incoming;
+  n.address = reg.address;
+  n.simulated = reg.simulated;
+  n.connected = true;
+  n.healthy = true;
+  n.last_heartbeat = now;
+  n.commands.clear();
+  if (!known) {
+    store::WriteBatch b;
+    Node stored = n.node;
+    stored.state = EffectiveState(n);
+    stored.state_reason.clear();
+    b.PutNode(stored);
+    if (Status s = CommitLocked(b); !s.ok()) {
+      nodes_.erase(name);
+      return s;
+    }
+    n.node = std::move(stored);
+  } else {
+    store::WriteBatch b;
+    Node stored = n.node;
+    stored.state = EffectiveState(n);
+    stored.state_reason = stored.state == NodeState::kReady ? "" : stored.state_reason;
+    b.PutNode(stored);
+    TY_RETURN_IF_ERROR(CommitLocked(b));
+    n.node = std::move(stored);
+  }
+  RegisterReply reply;
+  reply.heartbeat_interval = opt_.heartbeat_interval;
+  std::set<JobId> touched;
+  std::set<std::string> reported;
+  for (const TaskStatus& t : reg.tasks) {
+    reported.insert(t.task_id);
+    auto [e, r] = FindRank(name, t);
+    if (e == nullptr || r->state == RankState::kGone) {
+      if (t.state != "exited") reply.stop.push_back(t.task_id);
+      continue;
+    }
+    UpdateRankLocked(*r, t);
+    touched.insert(e->job.id);
+    if (t.state != "exited" &&
+        (e->gang->stopping != Stopping::kNone || e->job.state == JobState::kPreempting)) {
+      // Still running but the gang is on its way out: stop it (again).
+      reply.stop.push_back(t.task_id);
+    }
+  }
+  // Ranks that should be here but the agent does not know: the agent lost them.
+  for (auto& [id, e] : jobs_) {
+    if (!e.gang) continue;
+    for (Rank& r : e.gang->ranks) {
+      if (r.node != name || Done(r.state)) continue;
+      if (reported.contains(TaskId(id, e.gang->attempt, r.rank))) continue;
+      if (r.state == RankState::kSent) {
+        // Its start may not have reached this agent: send it again (starts are idempotent).
+        Command c;
+        c.kind = Command::Kind::kStart;
+        c.start = BuildStart(e, r);
+        r.sent_at = now;
+        n.commands.push_back(std::move(c));
+        continue;
+      }
+      r.state = RankState::kGone;
+      r.message = "not running on " + name + " when its agent registered";
+      touched.insert(id);
+      if (e.gang->stopping == Stopping::kNone && e.job.state != JobState::kPreempting) {
+        TY_RETURN_IF_ERROR(
+            StopGangLocked(e, Stopping::kLost, "rank " + std::to_string(r.rank) + " " + r.message));
+      }
+    }
+  }
+  for (JobId id : touched) TY_RETURN_IF_ERROR(EvaluateLocked(id));
+  dirty_ = true;
+  cv_.notify_all();
+  return reply;
+}
+
+Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat& hb) {
+  std::lock_guard lk(mu_);
+  auto nit = nodes_.find(hb.node);
+  if (nit == nodes_.end() || !nit->second.connected) {
+    return NotFound("unknown node " + hb.node);
+  }
+  NodeEntry& n = nit->second;
+  const Timestamp now = clock_->Now();
+  n.last_heartbeat = now;
+  if (n.healthy != hb.health_ok) {
+    n.healthy = hb.health_ok;
+    n.health_message = hb.health_message;
+    TY_RETURN_IF_ERROR(SyncNodeLocked(n, "unhealthy: " + hb.health_message));
+    dirty_ = true;
+  }
+  std::set<JobId> touched;
+  for (const TaskStatus& t : hb.tasks) {
+    auto [e, r] = FindRank(hb.node, t);
+    if (e == nullptr) {
+      if (t.state != "exited") {
+        Command c;
+        c.kind = Command::Kind::kStop;
+        c.task_id = t.task_id;
+        c.grace = opt_.stop_grace;
+        Push(hb.node, std::move(c));
+      }
+      continue;
+    }
+    if (r->state == RankState::kGone) continue;
+    UpdateRankLocked(*r, t);
+    touched.insert(e->job.id);
+  }
+  for (JobId id : touched) TY_RETURN_IF_ERROR(EvaluateLocked(id));
+  // An exit is acknowledged once its attempt's end is committed (or it belongs to
+  // nothing the server knows), so a restarted server hears of it again otherwise.
+  std::vector<std::string> ack;
+  for (const TaskStatus& t : hb.tasks) {
+    if (t.state != "exited") continue;
+    auto [e, r] = FindRank(hb.node, t);
+    if (e == nullptr) ack.push_back(t.task_id);
+  }
+  return ack;
+}
+
+Result<std::vector<Command>> Cluster::Impl::Poll(const std::string& node, Duration wait) {
+  std::unique_lock lk(mu_);
+  auto ready = [&] {
+    auto it = nodes_.find(node);
+    return shutdown_ || it == nodes_.end() || !it->second.connected || !it->second.commands.empty();
+  };
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || !it->second.connected) return NotFound("unknown node " + node);
+  cv_.wait_for(lk, wait, ready);
+  it = nodes_.find(node);
+  if (it == nodes_.end() || !it->second.connected) return NotFound("unknown node " + node);
+  std::vector<Command> out(it->second.commands.begin(), it->second.commands.end());
+  it->second.commands.clear();
+  return out;
+}
+
+bool Cluster::Impl::KnowsTask(const std::string& node, JobId job, int32_t attempt) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(job);
+  if (it != jobs_.end()) {
+    const auto& attempts = it->second.job.attempts;
+    return attempt >= 0 && static_cast<size_t>(attempt) < attempts.size() &&
+           std::find(attempts[static_cast<size_t>(attempt)].nodes.begin(),
+                     attempts[static_cast<size_t>(attempt)].nodes.end(),
+                     node) != attempts[static_cast<size_t>(attempt)].nodes.end();
+  }
+  // A finished job's last output may still arrive after it ended.
+  return job > 0;
+}
+
+// --- the loop -------------------------------------------------------------------------------
+
+Status Cluster::Impl::Tick() {
+  std::lock_guard lk(mu_);
+  const Timestamp now = clock_->Now();
+  for (auto& [name, n] : nodes_) {
+    const bool expired = now - n.last_heartbeat > opt_.node_timeout;
+    if (!expired || (!n.connected && n.node.state == NodeState::kNotReady)) continue;
+    n.connected = false;
+    n.commands.clear();
+    const std::string why = "no heartbeat for " + FormatDuration(now - n.last_heartbeat);
+    TY_RETURN_IF_ERROR(SyncNodeLocked(n, why));
+    dirty_ = true;
+    for (auto& [id, e] : jobs_) {
+      if (!e.gang) continue;
+      bool hit = false;
+      for (Rank& r : e.gang->ranks) {
+        if (r.node == name && !Done(r.state)) {
+          r.state = RankState::kGone;
+          r.message = "node " + name + " lost: " + why;
+          hit = true;
+        }
+      }
+      if (!hit) continue;
+      if (e.gang->stopping == Stopping::kNone && e.job.state != JobState::kPreempting) {
+        TY_RETURN_IF_ERROR(StopGangLocked(e, Stopping::kLost, "node " + name + " lost: " + why));
+      }
+      TY_RETURN_IF_ERROR(EvaluateLocked(id));
+    }
+  }
+  std::vector<JobId> over_limit;
+  for (auto& [id, e] : jobs_) {
+    if (!e.gang) continue;
+    const Attempt* a = e.job.CurrentAttempt();
+    if (e.gang->stopping == Stopping::kNone && e.job.state == JobState::kRunning && a &&
+        e.job.spec.time_limit.count() > 0 && now - a->start_time > e.job.spec.time_limit) {
+      over_limit.push_back(id);
+    }
+    for (Rank& r : e.gang->ranks) {
+      if (r.state != RankState::kSent || now - r.sent_at < opt_.start_resend) continue;
+      auto n = nodes_.find(r.node);
+      if (n == nodes_.end() || !n->second.connected) continue;
+      Command c;
+      c.kind = Command::Kind::kStart;
+      c.start = BuildStart(e, r);
+      r.sent_at = now;
+      Push(r.node, std::move(c));
+    }
+  }
+  for (JobId id : over_limit) {
+    JobEntry& e = jobs_[id];
+    TY_RETURN_IF_ERROR(StopGangLocked(
+        e, Stopping::kTimeLimit,
+        std::string(kTimeLimitPrefix) + ": " + FormatDuration(e.job.spec.time_limit)));
+  }
+  return Status::Ok();
+}
+
+Result<PassStats> Cluster::Impl::SchedulePass() {
+  std::lock_guard lk(mu_);
+  dirty_ = false;
+  sched::Snapshot snap = SnapshotLocked();
+  PassStats stats;
+  if (snap.pending.empty()) return stats;
+  const sched::Decisions d = sched::Schedule(snap, opt_.policy);
+  const Timestamp now = snap.now;
+  store::WriteBatch b;
+  std::vector<Job> bound;
+  for (const sched::Bind& bind : d.binds) {
+    auto it = jobs_.find(bind.job);
+    if (it == jobs_.end() || it->second.job.state != JobState::kPending) continue;
+    Job next = it->second.job;
+    std::vector<std::string> nodes;
+    std::vector<std::vector<int>> gpus;
+    for (const auto& p : bind.replicas) {
+      nodes.push_back(p.node);
+      gpus.push_back(p.gpus);
+    }
+    TY_RETURN_IF_ERROR(next.StartAttempt(now, nodes));
+    next.attempts.back().gpus = std::move(gpus);
+    next.reason = "starting " + std::to_string(bind.replicas.size()) + " replica(s)";
+    b.PutJob(next);
+    b.AppendEvent(next.id, now, "scheduler", "Bound",
+                  "attempt " + std::to_string(next.attempts.back().index) + " on " +
+                      DescribePlacement(bind.replicas));
+    bound.push_back(std::move(next));
+  }
+  std::vector<const sched::Preempt*> preempts;
+  std::vector<Job> preempted;
+  for (const sched::Preempt& p : d.preemptions) {
+    auto it = jobs_.find(p.job);
+    if (it == jobs_.end() || it->second.job.state != JobState::kRunning || !it->second.gang ||
+        it->second.gang->stopping != Stopping::kNone) {
+      continue;
+    }
+    Job next = it->second.job;
+    const std::string why = "preempted for job " + std::to_string(p.for_job) + ": " + p.reason;
+    TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kPreempting, now, why));
+    b.PutJob(next);
+    b.AppendEvent(next.id, now, "scheduler", "Preempting",
+                  why + "; work since the last checkpoint so far: " +
+                      FormatDuration(it->second.job.LostWorkAt(now)));
+    preempted.push_back(std::move(next));
+    preempts.push_back(&p);
+  }
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  // Committed: now act on it.
+  for (Job& job : bound) {
+    JobEntry& e = jobs_[job.id];
+    e.job = std::move(job);
+    Gang g;
+    g.attempt = e.job.attempts.back().index;
+    g.ranks = MakeRanks(e.job, e.job.attempts.back());
+    e.gang = std::move(g);
+    for (Rank& r : e.gang->ranks) {
+      Command c;
+      c.kind = Command::Kind::kStart;
+      c.start = BuildStart(e, r);
+      r.state = RankState::kSent;
+      r.sent_at = now;
+      Push(r.node, std::move(c));
+    }
+    ++stats.binds;
+  }
+  for (Job& job : preempted) {
+    JobEntry& e = jobs_[job.id];
+    e.job = std::move(job);
+    const int signal = std::max(SignalNumber(e.job.spec.checkpoint.notice_signal), 1);
+    for (const Rank& r : e.gang->ranks) {
+      if (Done(r.state)) continue;
+      Command c;
+      c.kind = Command::Kind::kPreempt;
+      c.task_id = TaskId(e.job.id, e.gang->attempt, r.rank);
+      c.signal = signal;
+      c.grace = e.job.spec.checkpoint.preempt_grace;
+      Push(r.node, std::move(c));
+    }
+    ++stats.preemptions;
+  }
+  for (const sched::Waiting& w : d.waiting) {
+    auto it = jobs_.find(w.job);
+    if (it != jobs_.end() && it->second.job.state == JobState::kPending) {
+      it->second.job.reason = it->second.job.held ? it->second.job.reason : w.reason;
+    }
+    ++stats.waiting;
+  }
+  for (const sched::Infeasible& inf : d.infeasible) {
+    auto it = jobs_.find(inf.job);
+    // Nodes come and go, so "never on this cluster" is only "not on the nodes we
+    // have now": the job stays Pending and says why.
+    if (it != jobs_.end() && it->second.job.state == JobState::kPending) {
+      it->second.job.reason = "cannot run on the current nodes: " + inf.reason;
+    }
+    ++stats.infeasible;
+  }
+  cv_.notify_all();
+  return stats;
+}
+
+// --- Cluster ----------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Cluster>> Cluster::Open(store::Store* store, const Clock* clock,
+                                               ClusterOptions options) {
+  TY_RETURN_IF_ERROR(sched::ValidatePolicy(options.policy));
+  auto impl = std::make_unique<Impl>(store, clock, std::move(options));
+  TY_RETURN_IF_ERROR(impl->Load());
+  return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
+Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Cluster::~Cluster() = default;
+
+Result<std::vector<JobId>> Cluster::Submit(std::vector<JobSpec> specs, const std::string& actor) {
+  return impl_->Submit(std::move(specs), actor);
+}
+Result<JobView> Cluster::GetJob(JobId id) { return impl_->GetJob(id); }
+Result<store::JobPage> Cluster::ListJobs(const ListJobsRequest& r) { return impl_->ListJobs(r); }
+Result<store::EventPage> Cluster::ListEvents(JobId id, int64_t after_seq, int limit) {
+  return impl_->ListEvents(id, after_seq, limit);
+}
+Status Cluster::Cancel(JobId id, const std::string& actor) { return impl_->Cancel(id, actor); }
+Status Cluster::Hold(JobId id, const std::string& actor) { return impl_->SetHeld(id, true, actor); }
+Status Cluster::Release(JobId id, const std::string& actor) {
+  return impl_->SetHeld(id, false, actor);
+}
+Status Cluster::ReportCheckpoint(JobId id, const CheckpointReport& report,
+                                 const std::string& actor) {
+  return impl_->ReportCheckpoint(id, report, actor);
+}
+std::vector<NodeView> Cluster::ListNodes() { return impl_->ListNodes(); }
+Result<NodeView> Cluster::GetNode(const std::string& name) { return impl_->GetNode(name); }
+Status Cluster::SetNodeAdminState(const std::string& name, NodeState state,
+                                  const std::string& actor) {
+  return impl_->SetNodeAdminState(name, state, actor);
+}
+std::vector<QueueView> Cluster::ListQueues() { return impl_->ListQueues(); }
+std::vector<Tenant> Cluster::ListTenants() { return impl_->ListTenants(); }
+std::vector<PriorityClass> Cluster::ListPriorityClasses() { return impl_->ListPriorityClasses(); }
+Result<RegisterReply> Cluster::Register(const Registration& r) { return impl_->Register(r); }
+Result<std::vector<std::string>> Cluster::HandleHeartbeat(const Heartbeat& h) {
+  return impl_->HandleHeartbeat(h);
+}
+Result<std::vector<Command>> Cluster::Poll(const std::string& node, Duration wait) {
+  return impl_->Poll(node, wait);
+}
+bool Cluster::KnowsTask(const std::string& node, JobId job, int32_t attempt) {
+  return impl_->KnowsTask(node, job, attempt);
+}
+Status Cluster::Tick() { return impl_->Tick(); }
+Result<PassStats> Cluster::SchedulePass() { return impl_->SchedulePass(); }
+bool Cluster::NeedsPass() { return impl_->NeedsPass(); }
+void Cluster::WaitForWork(Duration wait) { impl_->WaitForWork(wait); }
+void Cluster::Shutdown() { impl_->Shutdown(); }
+sched::Snapshot Cluster::BuildSnapshot() { return impl_->BuildSnapshot(); }
+
+}  // namespace trainyard::server

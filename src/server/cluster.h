@@ -1,0 +1,196 @@
+// Cluster: the control plane's state machine.
+//
+// It owns the working state (jobs not yet finished, nodes, tenants, queues, priority
+// classes, the ranks of every started gang, commands waiting for each node's poll)
+// and does all the control plane's logic: submission, the scheduling pass
+// (sched::Schedule on a snapshot, then applying its decisions), the gang lifecycle
+// (start every rank, Starting -> Running when all run, stop the gang when one rank
+// fails, retry with backoff), the preemption protocol, node timeouts, cordon/drain,
+// and reconciliation with agents after a restart. It knows nothing of HTTP: the API
+// layer (api.h) parses requests, calls it, and renders what it returns.
+//
+// Durability: every state change is committed to the Store before it is acknowledged
+// or acted on (a `start` command is queued only after the bind is committed; a job
+// finishes only after its end is committed; an agent's exited task is acknowledged
+// only once its attempt's end is committed). Submissions are group-committed: many
+// concurrent Submit calls share one transaction. On construction the state is rebuilt
+// from Store::LoadAll, including the GPUs held by started gangs, before any pass runs.
+//
+// Rank layout: a replica runs spec.procs_per_replica ranks (torchrun's
+// nproc_per_node; 1 by default). Rank r of the gang is local rank r % P of replica
+// r / P; when P divides the replica's GPUs each rank sees its own G / P of them in
+// CUDA_VISIBLE_DEVICES, otherwise every rank of the replica sees all of them.
+//
+// Time comes from the injected Clock; nothing here sleeps except Poll, which waits
+// for commands with a deadline.
+//
+// Thread-safety: every public method may be called from any thread. One mutex guards
+// the state; Submit commits outside it (group commit), other changes commit under it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/job.h"
+#include "core/node.h"
+#include "core/status.h"
+#include "core/tenancy.h"
+#include "sched/decisions.h"
+#include "sched/policy.h"
+#include "sched/snapshot.h"
+#include "server/clock.h"
+#include "server/protocol.h"
+#include "store/store.h"
+
+namespace trainyard::server {
+
+// The label a job of an array carries its index in (TRAINYARD_ARRAY_INDEX for its
+// ranks); spec.env may not hold TRAINYARD_* variables, so the index travels here.
+inline constexpr const char* kArrayIndexLabel = "trainyard.dev/array-index";
+
+struct ClusterOptions {
+  sched::Policy policy;
+  Duration node_timeout{15'000};       // no heartbeat this long: the node is NotReady
+  Duration heartbeat_interval{1'000};  // told to agents on register
+  Duration stop_grace{10'000};         // SIGTERM -> SIGKILL for `stop` commands
+  Duration start_resend{15'000};       // a rank not reported this long after its start: resend
+  // Root for checkpoints of jobs that name no checkpoint.dir: <root>/<job id>.
+  std::string checkpoint_root = "/tmp/trainyard/checkpoints";
+  // Tenants and queues named by a submission are created on first use (queue
+  // guarantee 0, no limit). When false, a submission to an unknown queue is refused.
+  bool auto_create_queues = true;
+};
+
+// One rank of a started gang, as the server knows it.
+struct RankView {
+  int32_t rank = 0;
+  int32_t replica = 0;
+  std::string node;
+  std::vector<int> gpus;
+  std::string state;  // "unknown" | "sent" | "starting" | "running" | "exited" | "gone"
+  int32_t exit_code = 0;
+  int32_t signal = 0;
+  std::string message;
+};
+
+// A job with what the server knows beyond the stored record.
+struct JobView {
+  Job job;
+  std::vector<sched::Placement> placement;  // of the open attempt; empty otherwise
+  std::vector<RankView> ranks;              // of the open attempt
+  std::string stopping;                     // why the gang is being stopped, if it is
+};
+
+struct NodeView {
+  Node node;
+  std::string address;
+  bool simulated = false;
+  bool connected = false;      // registered with this server process and heartbeating
+  Timestamp last_heartbeat{};  // 0 when never since this server started
+  int64_t gpus_used = 0;
+  std::vector<JobId> jobs;  // with ranks on it
+};
+
+struct QueueView {
+  Queue queue;
+  int64_t gpus_in_use = 0;
+  int64_t gpus_borrowed = 0;  // in use beyond the guarantee
+  int64_t pending_jobs = 0;
+  int64_t running_jobs = 0;
+};
+
+struct ListJobsRequest {
+  store::JobFilter filter;
+  JobId after_id = 0;
+  int limit = 100;
+};
+
+struct CheckpointReport {
+  std::string path;
+  int64_t step = 0;
+  Duration write_duration{0};
+};
+
+struct RegisterReply {
+  Duration heartbeat_interval{1000};
+  std::vector<std::string> stop;
+};
+
+struct PassStats {
+  int binds = 0;
+  int preemptions = 0;
+  int waiting = 0;
+  int infeasible = 0;
+};
+
+class Cluster {
+ public:
+  // Loads the state from `store` (LoadAll); seeds the default tenant, queue and
+  // priority classes into an empty store. Fails when the store cannot be read.
+  static Result<std::unique_ptr<Cluster>> Open(store::Store* store, const Clock* clock,
+                                               ClusterOptions options);
+  ~Cluster();
+
+  // --- users ---------------------------------------------------------------------
+  // Validates (tenant/queue, priority class), commits all `specs` as new Pending
+  // jobs in one group commit, and returns their ids in order. All or nothing.
+  Result<std::vector<JobId>> Submit(std::vector<JobSpec> specs, const std::string& actor);
+  Result<JobView> GetJob(JobId id);
+  Result<store::JobPage> ListJobs(const ListJobsRequest& request);
+  Result<store::EventPage> ListEvents(JobId id, int64_t after_seq, int limit);
+  Status Cancel(JobId id, const std::string& actor);
+  Status Hold(JobId id, const std::string& actor);
+  Status Release(JobId id, const std::string& actor);
+  Status ReportCheckpoint(JobId id, const CheckpointReport& report, const std::string& actor);
+
+  std::vector<NodeView> ListNodes();
+  Result<NodeView> GetNode(const std::string& name);
+  // Cordon: no new work. Drain: no new work, and its gangs are preempted (requeued).
+  // Uncordon: Ready again.
+  Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor);
+
+  std::vector<QueueView> ListQueues();
+  std::vector<Tenant> ListTenants();
+  std::vector<PriorityClass> ListPriorityClasses();
+
+  // --- agents ----------------------------------------------------------------------
+  Result<RegisterReply> Register(const Registration& registration);
+  // NotFound when the node is not registered with this server process.
+  Result<std::vector<std::string>> HandleHeartbeat(const Heartbeat& heartbeat);
+  // Waits up to `wait` for commands for `node` and returns them (possibly none).
+  // NotFound when the node is not registered. Returns early on Shutdown.
+  Result<std::vector<Command>> Poll(const std::string& node, Duration wait);
+  // The task's job and attempt are known (the caller may store its logs).
+  bool KnowsTask(const std::string& node, JobId job, int32_t attempt);
+
+  // --- the loop ----------------------------------------------------------------------
+  // Node timeouts, resends of unanswered starts. Cheap; call every second or so.
+  Status Tick();
+  // One scheduling pass: snapshot, sched::Schedule, apply and commit the decisions.
+  Result<PassStats> SchedulePass();
+  // True when something happened since the last pass that may let a job start.
+  bool NeedsPass();
+  // Blocks until NeedsPass() or `wait` passes or Shutdown.
+  void WaitForWork(Duration wait);
+  // Wakes every waiter (Poll, WaitForWork) and makes them return at once from now on.
+  void Shutdown();
+
+  // The snapshot the next pass would see (for tests and debugging).
+  sched::Snapshot BuildSnapshot();
+
+ private:
+  class Impl;
+  explicit Cluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard::server

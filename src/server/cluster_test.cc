@@ -1,0 +1,461 @@
+#include "server/cluster.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/spec_codec.h"
+#include "store/memory_store.h"
+
+namespace trainyard::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+JobSpec Spec(const std::string& yaml) {
+  SpecParseResult r = ParseSpec(yaml, "test.yaml");
+  EXPECT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0].ToString());
+  return *r.spec;
+}
+
+Registration Node(const std::string& name, int gpus, const std::string& address) {
+  Registration r;
+  r.node.name = name;
+  for (int i = 0; i < gpus; ++i) {
+    r.node.gpus.push_back({i, "GPU-" + name + "-" + std::to_string(i), "H100", 80 * kGiB, name});
+  }
+  r.node.milli_cpus = 64'000;
+  r.node.memory_bytes = 512 * kGiB;
+  r.address = address;
+  r.simulated = true;
+  return r;
+}
+
+TaskStatus Task(const Command& start, const std::string& state, int exit_code = 0, int sig = 0) {
+  TaskStatus t;
+  t.task_id = start.start.task_id;
+  t.job_id = start.start.job_id;
+  t.attempt = start.start.attempt;
+  t.rank = start.start.rank;
+  t.state = state;
+  t.exit_code = exit_code;
+  t.signal = sig;
+  return t;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    cluster_.reset();
+    auto c = Cluster::Open(&store_, &clock_, options_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(*c);
+  }
+
+  JobId Submit(const std::string& yaml) {
+    auto ids = cluster_->Submit({Spec(yaml)}, "user:test");
+    EXPECT_TRUE(ids.ok()) << ids.status().ToString();
+    return ids.ok() ? ids->front() : 0;
+  }
+
+  void Pass() {
+    auto s = cluster_->SchedulePass();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+  }
+
+  std::vector<Command> Commands(const std::string& node) {
+    auto c = cluster_->Poll(node, Duration(0));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : std::vector<Command>{};
+  }
+
+  std::vector<std::string> Beat(const std::string& node, std::vector<TaskStatus> tasks) {
+    Heartbeat hb;
+    hb.node = node;
+    hb.tasks = std::move(tasks);
+    auto ack = cluster_->HandleHeartbeat(hb);
+    EXPECT_TRUE(ack.ok()) << ack.status().ToString();
+    return ack.ok() ? *ack : std::vector<std::string>{};
+  }
+
+  JobState State(JobId id) {
+    auto v = cluster_->GetJob(id);
+    EXPECT_TRUE(v.ok());
+    return v.ok() ? v->job.state : JobState::kCancelled;
+  }
+
+  Job Stored(JobId id) {
+    auto j = store_.GetJob(id);
+    EXPECT_TRUE(j.ok() && j->has_value());
+    return **j;
+  }
+
+  store::MemoryStore store_;
+  FakeClock clock_;
+  ClusterOptions options_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+constexpr const char* kGang =
+    "name: gang\nreplicas: 2\nresources: {gpus: 4, gpu_type: H100}\n"
+    "command: [python3, train.py]\nargs: [--lr, '3e-4']\n";
+
+TEST_F(ClusterTest, GangStartsWithTorchrunEnvAndSucceeds) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  Pass();
+  EXPECT_EQ(State(id), JobState::kStarting);
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  ASSERT_THAT(c0, SizeIs(1));
+  ASSERT_THAT(c1, SizeIs(1));
+  // Rank 0 is on one of the nodes; MASTER_ADDR is that node's address on both.
+  const Command& r0 = c0[0].start.rank == 0 ? c0[0] : c1[0];
+  const Command& r1 = c0[0].start.rank == 0 ? c1[0] : c0[0];
+  EXPECT_EQ(r0.kind, Command::Kind::kStart);
+  EXPECT_THAT(r0.start.argv, ElementsAre("python3", "train.py", "--lr", "3e-4"));
+  EXPECT_EQ(r0.start.env.at("WORLD_SIZE"), "2");
+  EXPECT_EQ(r1.start.env.at("RANK"), "1");
+  EXPECT_EQ(r1.start.env.at("GROUP_RANK"), "1");
+  EXPECT_EQ(r1.start.env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(r1.start.env.at("LOCAL_WORLD_SIZE"), "1");
+  EXPECT_EQ(r0.start.env.at("MASTER_ADDR"), r1.start.env.at("MASTER_ADDR"));
+  EXPECT_EQ(r0.start.env.at("MASTER_PORT"), r1.start.env.at("MASTER_PORT"));
+  EXPECT_EQ(r0.start.env.at("CUDA_VISIBLE_DEVICES"), "0,1,2,3");
+  EXPECT_EQ(r0.start.env.at("TRAINYARD_RESUME_FROM"), "");
+  EXPECT_EQ(r0.start.env.at("TRAINYARD_JOB_ID"), std::to_string(id));
+  const std::string n0 = c0[0].start.rank == 0 ? "node-0" : "node-1";
+  const std::string n1 = n0 == "node-0" ? "node-1" : "node-0";
+  EXPECT_EQ(r0.start.env.at("MASTER_ADDR"), n0 == "node-0" ? "10.0.0.1" : "10.0.0.2");
+
+  Beat(n0, {Task(r0, "running")});
+  EXPECT_EQ(State(id), JobState::kStarting);
+  Beat(n1, {Task(r1, "running")});
+  EXPECT_EQ(State(id), JobState::kRunning);
+  EXPECT_EQ(Stored(id).state, JobState::kRunning);
+
+  // The exit of one rank is not acknowledged until the attempt's end is stored.
+  EXPECT_THAT(Beat(n0, {Task(r0, "exited", 0)}), IsEmpty());
+  EXPECT_THAT(Beat(n1, {Task(r1, "exited", 0)}), ElementsAre(r1.start.task_id));
+  EXPECT_THAT(Beat(n0, {Task(r0, "exited", 0)}), ElementsAre(r0.start.task_id));
+  Job done = Stored(id);
+  EXPECT_EQ(done.state, JobState::kSucceeded);
+  ASSERT_THAT(done.attempts, SizeIs(1));
+  EXPECT_EQ(done.attempts[0].exit_reason, ExitReason::kSucceeded);
+  EXPECT_THAT(done.attempts[0].gpus, ElementsAre(ElementsAre(0, 1, 2, 3), ElementsAre(0, 1, 2, 3)));
+}
+
+TEST_F(ClusterTest, ProcsPerReplicaSplitsGpusAcrossRanks) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  Submit("name: ddp\nprocs_per_replica: 2\nresources: {gpus: 4}\ncommand: [train]\n");
+  Pass();
+  auto c = Commands("node-0");
+  ASSERT_THAT(c, SizeIs(2));
+  EXPECT_EQ(c[0].start.env.at("CUDA_VISIBLE_DEVICES"), "0,1");
+  EXPECT_EQ(c[1].start.env.at("CUDA_VISIBLE_DEVICES"), "2,3");
+  EXPECT_EQ(c[1].start.env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(c[1].start.env.at("LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(c[1].start.env.at("WORLD_SIZE"), "2");
+}
+
+TEST_F(ClusterTest, RankFailureStopsTheGangAndRetriesAfterBackoff) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(std::string(kGang) + "retry: {max: 1, backoff: 30s}\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  ASSERT_THAT(c0, SizeIs(1));
+  ASSERT_THAT(c1, SizeIs(1));
+  Beat("node-0", {Task(c0[0], "running")});
+  Beat("node-1", {Task(c1[0], "running")});
+  ASSERT_EQ(State(id), JobState::kRunning);
+
+  Beat("node-1", {Task(c1[0], "exited", 3)});
+  // The surviving rank is told to stop; the job still holds its GPUs meanwhile.
+  auto stop = Commands("node-0");
+  ASSERT_THAT(stop, SizeIs(1));
+  EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(stop[0].task_id, c0[0].start.task_id);
+  EXPECT_EQ(State(id), JobState::kRunning);
+  Beat("node-0", {Task(c0[0], "exited", -1, 15)});
+  Job j = Stored(id);
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.retries, 1);
+  EXPECT_EQ(j.attempts[0].exit_reason, ExitReason::kFailed);
+  EXPECT_THAT(j.attempts[0].message, ::testing::HasSubstr("exited with code 3"));
+
+  Pass();  // still in backoff
+  EXPECT_EQ(State(id), JobState::kPending);
+  clock_.Advance(Duration(31'000));
+  Pass();
+  EXPECT_EQ(State(id), JobState::kStarting);
+  auto again = Commands("node-0");
+  ASSERT_THAT(again, SizeIs(1));
+  EXPECT_EQ(again[0].start.attempt, 1);
+
+  // Failing again exhausts the retries: Failed for good.
+  auto other = Commands("node-1");
+  ASSERT_THAT(other, SizeIs(1));
+  Beat("node-0", {Task(again[0], "exited", 1)});
+  Beat("node-1", {Task(other[0], "exited", 1)});
+  EXPECT_EQ(Stored(id).state, JobState::kFailed);
+}
+
+TEST_F(ClusterTest, PreemptionSendsNoticeAndRequeuesWithLostWork) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId low = Submit(
+      "name: low\npriority: best-effort\nresources: {gpus: 4}\ncommand: [train]\n"
+      "checkpoint: {preempt_grace: 30s, notice_signal: SIGUSR2}\n");
+  Pass();
+  auto start = Commands("node-0");
+  ASSERT_THAT(start, SizeIs(1));
+  Beat("node-0", {Task(start[0], "running")});
+  clock_.Advance(Duration(600'000));
+  ASSERT_TRUE(
+      cluster_->ReportCheckpoint(low, {"/ckpt/low/step-100", 100, Duration(1500)}, "t").ok());
+  clock_.Advance(Duration(120'000));
+
+  JobId high = Submit("name: high\npriority: production\nresources: {gpus: 4}\ncommand: [train]\n");
+  Pass();
+  EXPECT_EQ(State(low), JobState::kPreempting);
+  auto notice = Commands("node-0");
+  ASSERT_THAT(notice, SizeIs(1));
+  EXPECT_EQ(notice[0].kind, Command::Kind::kPreempt);
+  EXPECT_EQ(notice[0].signal, 12);
+  EXPECT_EQ(notice[0].grace, Duration(30'000));
+  // The preemptor waits until the victim has left.
+  Pass();
+  EXPECT_EQ(State(high), JobState::kPending);
+
+  clock_.Advance(Duration(10'000));
+  Beat("node-0", {Task(start[0], "exited", 0)});
+  Job j = Stored(low);
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.retries, 0);
+  EXPECT_EQ(j.attempts[0].exit_reason, ExitReason::kPreempted);
+  EXPECT_EQ(j.attempts[0].lost_work, Duration(130'000));  // since the checkpoint
+
+  Pass();
+  EXPECT_EQ(State(high), JobState::kStarting);
+  auto hs = Commands("node-0");
+  ASSERT_THAT(hs, SizeIs(1));
+  Beat("node-0", {Task(hs[0], "running")});
+  Beat("node-0", {Task(hs[0], "exited", 0)});
+  Pass();
+  auto resumed = Commands("node-0");
+  ASSERT_THAT(resumed, SizeIs(1));
+  EXPECT_EQ(resumed[0].start.job_id, low);
+  EXPECT_EQ(resumed[0].start.env.at("TRAINYARD_RESUME_FROM"), "/ckpt/low/step-100");
+}
+
+TEST_F(ClusterTest, NodeTimeoutTearsDownTheGangAndRequeuesIt) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  Beat("node-0", {Task(c0[0], "running")});
+  Beat("node-1", {Task(c1[0], "running")});
+  ASSERT_EQ(State(id), JobState::kRunning);
+
+  clock_.Advance(Duration(10'000));
+  Beat("node-0", {Task(c0[0], "running")});
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(State(id), JobState::kRunning);
+  clock_.Advance(Duration(6'000));
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(State(id), JobState::kLost);
+  auto nodes = cluster_->ListNodes();
+  EXPECT_EQ(nodes[1].node.state, NodeState::kNotReady);
+  auto stop = Commands("node-0");
+  ASSERT_THAT(stop, SizeIs(1));
+  EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
+  Beat("node-0", {Task(c0[0], "exited", -1, 15)});
+  Job j = Stored(id);
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.attempts[0].exit_reason, ExitReason::kNodeLost);
+  EXPECT_EQ(j.retries, 0);
+  // node-1 is NotReady and there is no other room for two replicas.
+  Pass();
+  EXPECT_EQ(State(id), JobState::kPending);
+  // A heartbeat from the lost node asks it to register again.
+  Heartbeat hb;
+  hb.node = "node-1";
+  EXPECT_EQ(cluster_->HandleHeartbeat(hb).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, RestartRebuildsPlacementsAndAdoptsRunningTasks) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  JobId waiting = Submit("name: w\nresources: {gpus: 4}\ncommand: [x]\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  Beat("node-0", {Task(c0[0], "running")});
+  Beat("node-1", {Task(c1[0], "running")});
+
+  Open();  // a new server process on the same store
+  sched::Snapshot snap = cluster_->BuildSnapshot();
+  ASSERT_THAT(snap.running, SizeIs(1));
+  EXPECT_EQ(snap.running[0].id, id);
+  EXPECT_THAT(snap.running[0].replicas, SizeIs(2));
+  // Nodes not yet back are not schedulable; nothing is bound twice.
+  Pass();
+  EXPECT_EQ(State(waiting), JobState::kPending);
+
+  Registration r0 = Node("node-0", 4, "10.0.0.1");
+  r0.tasks = {Task(c0[0], "running")};
+  auto reply = cluster_->Register(r0);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_THAT(reply->stop, IsEmpty());
+  // An agent reporting a task the server does not know is told to stop it.
+  Registration r1 = Node("node-1", 4, "10.0.0.2");
+  TaskStatus stray = Task(c1[0], "running");
+  stray.task_id = "999.0.0";
+  stray.job_id = 999;
+  r1.tasks = {Task(c1[0], "running"), stray};
+  reply = cluster_->Register(r1);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_THAT(reply->stop, ElementsAre("999.0.0"));
+  EXPECT_EQ(State(id), JobState::kRunning);
+  Pass();
+  EXPECT_EQ(State(waiting), JobState::kPending);  // both nodes are full
+}
+
+TEST_F(ClusterTest, RestartLosesRanksTheAgentNoLongerHas) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 2}\ncommand: [x]\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  Beat("node-0", {Task(c0[0], "running")});
+  Open();
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  Job j = Stored(id);
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.attempts[0].exit_reason, ExitReason::kNodeLost);
+}
+
+TEST_F(ClusterTest, NodeThatNeverReturnsAfterRestartTimesOut) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 2}\ncommand: [x]\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  Beat("node-0", {Task(c0[0], "running")});
+  Open();
+  clock_.Advance(Duration(16'000));
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(Stored(id).state, JobState::kPending);
+}
+
+TEST_F(ClusterTest, CancelStopsRanksThenCancels) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 2}\ncommand: [x]\n");
+  JobId pending = Submit("name: two\nresources: {gpus: 8}\ncommand: [x]\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  Beat("node-0", {Task(c0[0], "running")});
+  ASSERT_TRUE(cluster_->Cancel(id, "user:a").ok());
+  auto stop = Commands("node-0");
+  ASSERT_THAT(stop, SizeIs(1));
+  EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
+  Beat("node-0", {Task(c0[0], "exited", -1, 15)});
+  EXPECT_EQ(Stored(id).state, JobState::kCancelled);
+  ASSERT_TRUE(cluster_->Cancel(pending, "user:a").ok());
+  EXPECT_EQ(Stored(pending).state, JobState::kCancelled);
+  EXPECT_EQ(cluster_->Cancel(pending, "user:a").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cluster_->Cancel(12345, "user:a").code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, HoldAndRelease) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 2}\ncommand: [x]\n");
+  ASSERT_TRUE(cluster_->Hold(id, "user:a").ok());
+  Pass();
+  EXPECT_EQ(State(id), JobState::kPending);
+  EXPECT_TRUE(Stored(id).held);
+  ASSERT_TRUE(cluster_->Release(id, "user:a").ok());
+  Pass();
+  EXPECT_EQ(State(id), JobState::kStarting);
+  EXPECT_EQ(cluster_->Hold(id, "user:a").code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClusterTest, DrainPreemptsAndCordonKeepsWorkOff) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 2}\ncommand: [x]\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  Beat("node-0", {Task(c0[0], "running")});
+  ASSERT_TRUE(cluster_->SetNodeAdminState("node-0", NodeState::kDraining, "user:a").ok());
+  EXPECT_EQ(State(id), JobState::kPreempting);
+  auto notice = Commands("node-0");
+  ASSERT_THAT(notice, SizeIs(1));
+  EXPECT_EQ(notice[0].kind, Command::Kind::kPreempt);
+  Beat("node-0", {Task(c0[0], "exited", 0)});
+  EXPECT_EQ(State(id), JobState::kPending);
+  Pass();
+  EXPECT_EQ(State(id), JobState::kPending);
+  ASSERT_TRUE(cluster_->SetNodeAdminState("node-0", NodeState::kReady, "user:a").ok());
+  Pass();
+  EXPECT_EQ(State(id), JobState::kStarting);
+}
+
+TEST_F(ClusterTest, SubmitRejectsUnknownPriorityAndStoresNothing) {
+  auto r = cluster_->Submit({Spec("name: x\npriority: urgent\ncommand: [x]\n")}, "user:a");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("urgent"));
+  auto page = store_.ListJobs({}, 0, 10);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(page->jobs, IsEmpty());
+}
+
+TEST_F(ClusterTest, SubmitCreatesTenantAndQueueOnFirstUse) {
+  Submit("name: x\ntenant: nlp\nqueue: research\ncommand: [x]\n");
+  auto queues = cluster_->ListQueues();
+  bool found = false;
+  for (const auto& q : queues) found |= q.queue.tenant == "nlp" && q.queue.name == "research";
+  EXPECT_TRUE(found);
+  auto stored = store_.ListQueues();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_THAT(*stored, SizeIs(2));
+}
+
+TEST_F(ClusterTest, ConcurrentSubmissionsAllGetDistinctIds) {
+  std::vector<std::thread> threads;
+  std::vector<std::vector<JobId>> ids(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        auto r = cluster_->Submit({Spec("name: x\ncommand: [x]\n")}, "user:a");
+        ASSERT_TRUE(r.ok());
+        ids[static_cast<size_t>(t)].push_back(r->front());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<JobId> all;
+  for (const auto& v : ids) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), 400u);
+  auto page = store_.ListJobs({}, 0, 1000);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(page->jobs, SizeIs(400));
+}
+
+TEST_F(ClusterTest, PendingReasonComesFromTheScheduler) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: big\nresources: {gpus: 16}\ncommand: [x]\n");
+  Pass();
+  auto v = cluster_->GetJob(id);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->job.state, JobState::kPending);
+  EXPECT_THAT(v->job.reason, ::testing::HasSubstr("16"));
+}
+
+}  // namespace
+}  // namespace trainyard::server

@@ -1,0 +1,71 @@
+// Server: the `trainyard server` process in one object — a SQLite store in the data
+// directory, the Cluster state machine, the HTTP API, and the scheduling loop thread
+// (a pass after every burst of events, coalesced, and at least every few seconds;
+// node timeouts checked every 500 ms).
+//
+// Thread-safety: Start and Stop from one thread; everything else runs on the HTTP
+// worker threads and the loop thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/status.h"
+#include "sched/policy.h"
+#include "server/clock.h"
+#include "server/cluster.h"
+#include "server/logs.h"
+#include "store/store.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace trainyard::server {
+
+struct ServerOptions {
+  std::string data_dir;
+  std::string host = "127.0.0.1";
+  int port = 8470;         // 0: any free port
+  std::string join_token;  // empty: read <data_dir>/join-token, or generate it there (0600)
+  sched::Policy policy;
+  Duration node_timeout{15'000};
+  Duration pass_interval{2'000};  // a pass at least this often
+  Duration coalesce{20};          // wait this long after an event for more
+  int http_threads = 64;          // long polls each hold one
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+
+  // Opens the store, rebuilds the state, binds the port and starts serving.
+  Status Start();
+  // The URL it serves on ("http://127.0.0.1:8470"); valid after Start.
+  std::string Url() const;
+  const std::string& join_token() const { return token_; }
+  void Stop();
+
+ private:
+  void Loop();
+
+  ServerOptions opt_;
+  std::string token_;
+  int port_ = 0;
+  SystemClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+  std::thread loop_thread_;
+  std::atomic<bool> stopping_{false};
+};
+
+// Reads <data_dir>/join-token, or writes a new random one there with mode 0600.
+Result<std::string> LoadOrCreateJoinToken(const std::string& data_dir);
+
+}  // namespace trainyard::server

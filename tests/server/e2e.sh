@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# End-to-end tests of the control plane with real processes on loopback:
+# `trainyard server --port 0` and `trainyard agent` processes with simulated GPUs,
+# driven through the CLI the way a user would.
+#
+#   e2e.sh TRAINYARD_BINARY CASE     CASE: gang | pending | bad-input | preempt |
+#                                          server-restart | agent-loss | rank-failure
+set -euo pipefail
+T=$1
+CASE=$2
+WORK=$(mktemp -d /tmp/trainyard-e2e-XXXXXX)
+D=$WORK/server
+export TRAINYARD_DATA_DIR=$D
+PIDS=()
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 0.5
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  if [[ ${KEEP:-} == 1 ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL ($CASE): $*" >&2
+  echo "--- server log" >&2; tail -20 "$WORK/server.log" >&2 || true
+  for f in "$WORK"/agent-*.log; do echo "--- $f" >&2; tail -10 "$f" >&2 || true; done
+  exit 1
+}
+
+SERVER_PID=
+start_server() {  # [PORT]: 0 (any) by default
+  rm -f "$D/server.url"
+  "$T" server --data-dir "$D" --port "${1:-0}" --node-timeout 3s --policy min_runtime=0s \
+    >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  for _ in $(seq 100); do
+    grep -q "listening on" "$WORK/server.log" 2>/dev/null && [[ -s $D/server.url ]] && return 0
+    sleep 0.05
+  done
+  fail "server did not start"
+}
+
+declare -A AGENT_PID
+start_agent() {  # NAME GPUS
+  "$T" agent --server "$(cat "$D/server.url")" --join-token "$(cat "$D/join-token")" \
+    --name "$1" --data-dir "$WORK/agents/$1" --simulated-gpus "$2" --gpu-type H100 \
+    >>"$WORK/agent-$1.log" 2>&1 &
+  AGENT_PID[$1]=$!
+  PIDS+=("$!")
+}
+
+wait_nodes() {  # N: until N nodes are Ready
+  for _ in $(seq 200); do
+    n=$("$T" nodes -o json 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n["state"]=="Ready"))' 2>/dev/null || echo 0)
+    [[ $n -ge $1 ]] && return 0
+    sleep 0.05
+  done
+  fail "expected $1 Ready nodes"
+}
+
+job_field() {  # ID PYTHON-EXPR over j
+  "$T" job show "$1" -o json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
+
+wait_state() {  # ID STATE [SECONDS]
+  for _ in $(seq $((${3:-20} * 10))); do
+    s=$(job_field "$1" 'j["state"]' 2>/dev/null || true)
+    [[ $s == "$2" ]] && return 0
+    sleep 0.1
+  done
+  fail "job $1 is ${s:-?}, expected $2"
+}
+
+submit() {  # FILE -> id
+  "$T" submit "$1" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
+
+spec() {  # NAME BODY -> file
+  printf '%s\n' "$2" >"$WORK/$1.yaml"
+  echo "$WORK/$1.yaml"
+}
+
+start_server
+
+case $CASE in
+gang)
+  start_agent node-0 2
+  start_agent node-1 2
+  wait_nodes 2
+  f=$(spec gang 'name: gang
+replicas: 2
+resources: {gpus: 2}
+command: ["/bin/sh", "-c", "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE group=$GROUP_RANK master=$MASTER_ADDR:$MASTER_PORT cuda=$CUDA_VISIBLE_DEVICES job=$TRAINYARD_JOB_ID; sleep 0.5"]')
+  id=$(submit "$f")
+  wait_state "$id" Succeeded
+  [[ $(job_field "$id" 'sorted(j["attempts"][0]["nodes"])') == "['node-0', 'node-1']" ]] ||
+    fail "replicas not on both nodes: $(job_field "$id" 'j["attempts"]')"
+  sleep 0.5  # the last log chunk
+  l0=$("$T" logs "$id" --rank 0)
+  l1=$("$T" logs "$id" --rank 1)
+  [[ $l0 == rank=0\ world=2\ local=0/1\ group=0\ * ]] || fail "rank 0 log: $l0"
+  [[ $l1 == rank=1\ world=2\ local=0/1\ group=1\ * ]] || fail "rank 1 log: $l1"
+  [[ ${l0#*master=} == "${l1#*master=}" ]] || true
+  m0=$(sed 's/.*master=\([^ ]*\).*/\1/' <<<"$l0"); m1=$(sed 's/.*master=\([^ ]*\).*/\1/' <<<"$l1")
+  [[ $m0 == "$m1" ]] || fail "ranks disagree on MASTER_ADDR:PORT: $m0 vs $m1"
+  [[ $l0 == *cuda=0,1* && $l1 == *cuda=0,1* ]] || fail "CUDA_VISIBLE_DEVICES: $l0 / $l1"
+  "$T" jobs --all -o json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert all(k in j[0] for k in ("id","name","state","reason")), j'
+  ;;
+pending)
+  start_agent node-0 2
+  wait_nodes 1
+  id=$(submit "$(spec big 'name: big
+resources: {gpus: 8}
+command: ["/bin/true"]')")
+  sleep 1
+  [[ $(job_field "$id" 'j["state"]') == Pending ]] || fail "big job not Pending"
+  reason=$("$T" jobs -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["reason"])')
+  [[ $reason == *8* ]] || fail "pending reason does not say why: $reason"
+  ;;
+bad-input)
+  set +e
+  out=$("$T" submit "$(dirname "$0")/../../examples/bad/zero-replicas.yaml" 2>&1); rc=$?
+  set -e
+  [[ $rc -ne 0 && $out == *replicas* && $(wc -l <<<"$out") -eq 1 ]] || fail "bad spec: rc=$rc $out"
+  set +e
+  out=$("$T" job show 999 2>&1); rc=$?
+  set -e
+  [[ $rc -ne 0 && $out == *"job 999"* ]] || fail "unknown job: rc=$rc $out"
+  url=$(cat "$D/server.url")
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/api/v1/jobs" --data-binary 'name: [')
+  [[ $code == 400 ]] || fail "invalid YAML got HTTP $code"
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$url/api/v1/jobs?state=Nope")
+  [[ $code == 400 ]] || fail "bad filter got HTTP $code"
+  [[ $("$T" jobs --all -o json) == "[]" ]] || fail "bad input stored a job"
+  ;;
+preempt)
+  start_agent node-0 2
+  wait_nodes 1
+  low=$(submit "$(spec low 'name: low
+priority: best-effort
+resources: {gpus: 2}
+checkpoint: {preempt_grace: 5s}
+command: ["/bin/sh", "-c", "echo resume=[$TRAINYARD_RESUME_FROM]; trap \"echo notice; exit 0\" USR1; while true; do sleep 0.1; done"]')")
+  wait_state "$low" Running
+  curl -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$low/checkpoint" \
+    -d '{"path": "/ckpt/low/step-7", "step": 7, "duration_ms": 12}' >/dev/null
+  sleep 0.3
+  high=$(submit "$(spec high 'name: high
+priority: production
+resources: {gpus: 2}
+command: ["/bin/sleep", "1"]')")
+  wait_state "$high" Succeeded
+  wait_state "$low" Running
+  sleep 0.5
+  [[ $("$T" logs "$low" --attempt 0) == *notice* ]] || fail "no notice in attempt 0"
+  [[ $("$T" logs "$low") == *"resume=[/ckpt/low/step-7]"* ]] || fail "did not resume: $("$T" logs "$low")"
+  lost=$(job_field "$low" 'j["attempts"][0]["lost_work_ms"]')
+  [[ $(job_field "$low" 'j["attempts"][0]["exit_reason"]') == preempted ]] || fail "not preempted"
+  [[ $lost -lt 5000 ]] || fail "lost work $lost ms"
+  ;;
+server-restart)
+  start_agent node-0 2
+  wait_nodes 1
+  id=$(submit "$(spec long 'name: long
+resources: {gpus: 1}
+command: ["/bin/sleep", "10"]')")
+  wait_state "$id" Running
+  port=$(sed 's/.*://' "$D/server.url")
+  kill -9 "$SERVER_PID"
+  sleep 2
+  start_server "$port"  # where the agent keeps retrying
+  wait_nodes 1
+  state=$(job_field "$id" 'j["state"]')
+  [[ $state == Running || $state == Succeeded ]] || fail "$state after restart"
+  wait_state "$id" Succeeded 20
+  [[ $(job_field "$id" 'len(j["attempts"])') == 1 ]] || fail "restarted instead of adopted"
+  ;;
+agent-loss)
+  start_agent node-0 1
+  start_agent node-1 1
+  wait_nodes 2
+  id=$(submit "$(spec one 'name: one
+resources: {gpus: 1}
+command: ["/bin/sh", "-c", "echo attempt=$TRAINYARD_ATTEMPT resume=$TRAINYARD_RESUME_FROM; sleep 8"]')")
+  wait_state "$id" Running
+  curl -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$id/checkpoint" -d '{"path": "/ck/one", "step": 1}' >/dev/null
+  node=$(job_field "$id" 'j["attempts"][0]["nodes"][0]')
+  kill -9 "${AGENT_PID[$node]}"
+  for _ in $(seq 200); do
+    [[ $(job_field "$id" 'len(j["attempts"])') == 2 ]] && break
+    sleep 0.1
+  done
+  [[ $(job_field "$id" 'j["attempts"][0]["exit_reason"]') == node-lost ]] || fail "attempt 0 not node-lost"
+  other=$(job_field "$id" 'j["attempts"][1]["nodes"][0]')
+  [[ $other != "$node" ]] || fail "restarted on the lost node"
+  wait_state "$id" Running
+  ;;
+rank-failure)
+  start_agent node-0 2
+  start_agent node-1 2
+  wait_nodes 2
+  id=$(submit "$(spec fail 'name: fail
+replicas: 2
+resources: {gpus: 2}
+retry: {max: 1, backoff: 1s}
+command: ["/bin/sh", "-c", "if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 30"]')")
+  wait_state "$id" Failed 30
+  [[ $(job_field "$id" 'len(j["attempts"])') == 2 ]] || fail "not retried once"
+  [[ $(job_field "$id" 'j["attempts"][0]["message"]') == *"exited with code 3"* ]] ||
+    fail "message: $(job_field "$id" 'j["attempts"][0]["message"]')"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "ok ($CASE)"
