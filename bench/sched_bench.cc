@@ -13,6 +13,8 @@
 //   PreemptFor512GpuGang/N    one 512-GPU hard same-leaf gang on a full cluster of
 //                             low-priority preemptible jobs: the victim search.
 //   Scaling/nodes/pending     pass time at 1k-10k nodes and 10k-100k pending jobs.
+//   IndexBuild/leaf_nodes:N   building the node index alone (what every pass pays
+//                             first) for the PreemptFor512GpuGang cluster.
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
@@ -20,6 +22,7 @@
 #include <functional>
 #include <string>
 
+#include "sched/index.h"
 #include "sched/schedule.h"
 #include "sched/testing.h"
 
@@ -211,6 +214,27 @@ BENCHMARK(BM_PreemptFor512GpuGang)
     ->Arg(625)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+void BM_IndexBuild(benchmark::State& state) {
+  const int per_leaf = static_cast<int>(state.range(0));
+  ClusterShape c;
+  c.nodes = 10'000;
+  c.nodes_per_leaf = per_leaf;
+  c.models = {{"H100", int64_t{80} << 30, 1}};
+  c.unready_fraction = 0;
+  WorkloadShape w;
+  w.define_queues = false;
+  w.running_fill = 1.0;
+  w.pending = 0;
+  const Snapshot& s =
+      Cached("index/" + std::to_string(per_leaf), [&] { return SyntheticSnapshot(c, w, 11); });
+  for (auto _ : state) {
+    NodeIndex index(s);
+    benchmark::DoNotOptimize(index);
+  }
+  state.counters["running_jobs"] = static_cast<double>(s.running.size());
+}
+BENCHMARK(BM_IndexBuild)->ArgName("leaf_nodes")->Arg(64)->Unit(benchmark::kMillisecond);
 
 void BM_Scaling(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));

@@ -29,6 +29,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   if (leaf_names_.empty()) leaf_names_.push_back("");
 
   slots_.resize(snapshot.nodes.size());
+  node_by_name_.reserve(snapshot.nodes.size());
   identity_indices_.assign(snapshot.nodes.size(), false);
   // Neighbouring nodes mostly share a leaf and a GPU model: remember the last lookup.
   const std::string* last_leaf = nullptr;
@@ -78,7 +79,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       }
       s.nvlink_masks[pos - s.nvlink_ids.begin()] |= uint64_t{1} << g;
     }
-    node_by_name_.emplace(n.name, static_cast<int32_t>(i));
+    node_by_name_.emplace(std::string_view(n.name), static_cast<int32_t>(i));
   }
 
   // Subtract what running jobs hold, and remember where they hold it.

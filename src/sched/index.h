@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -119,7 +120,8 @@ class NodeIndex {
   std::vector<NodeSlot> slots_;
   std::vector<std::string> type_names_;
   std::vector<std::string> leaf_names_;
-  std::unordered_map<std::string, int32_t> node_by_name_;
+  // Keys view the snapshot's node names, which outlive the index.
+  std::unordered_map<std::string_view, int32_t> node_by_name_;
   std::vector<std::vector<int32_t>> buckets_;  // BucketKey -> nodes (schedulable only)
   std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
   std::set<int32_t> reserved_nodes_;
