@@ -36,10 +36,21 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   int16_t last_leaf_id = 0;
   const std::string* last_model = nullptr;
   int16_t last_type = -1;
-  for (size_t i = 0; i < snapshot.nodes.size(); ++i) {
+  // Slots go in node-name order, not snapshot order: every tie between equally good
+  // nodes is broken by slot index, so the same cluster listed in another order gets
+  // the same decisions.
+  std::vector<int32_t> by_name(snapshot.nodes.size());
+  for (size_t i = 0; i < by_name.size(); ++i) by_name[i] = static_cast<int32_t>(i);
+  std::sort(by_name.begin(), by_name.end(), [&](int32_t a, int32_t b) {
+    const std::string& na = snapshot.nodes[a].name;
+    const std::string& nb = snapshot.nodes[b].name;
+    return na != nb ? na < nb : a < b;
+  });
+  for (size_t k = 0; k < snapshot.nodes.size(); ++k) {
+    const int32_t i = by_name[k];
     const Node& n = snapshot.nodes[i];
-    NodeSlot& s = slots_[i];
-    s.node = static_cast<int32_t>(i);
+    NodeSlot& s = slots_[k];
+    s.node = i;
     if (last_leaf == nullptr || *last_leaf != n.topology.leaf) {
       last_leaf = &n.topology.leaf;
       last_leaf_id = leaves[n.topology.leaf];
@@ -57,7 +68,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     }
     bool identity = true;
     for (int g = 0; g < s.gpu_count; ++g) identity = identity && n.gpus[g].index == g;
-    identity_indices_[i] = identity;
+    identity_indices_[k] = identity;
     s.free_mask = s.gpu_count == 64 ? ~uint64_t{0} : ((uint64_t{1} << s.gpu_count) - 1);
     s.free_cpu = n.milli_cpus;
     s.free_mem = n.memory_bytes;
@@ -79,7 +90,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       }
       s.nvlink_masks[pos - s.nvlink_ids.begin()] |= uint64_t{1} << g;
     }
-    node_by_name_.emplace(std::string_view(n.name), static_cast<int32_t>(i));
+    node_by_name_.emplace(std::string_view(n.name), static_cast<int32_t>(k));
   }
 
   // Subtract what running jobs hold, and remember where they hold it.

@@ -693,13 +693,9 @@ TEST(SchedulePropertyTest, RunningOrderDoesNotChangeWhichJobsAreBound) {
   CheckAll("running order", OrderIndependence(false, true, false), OrderFree);
 }
 
-// DISABLED: fails on the fixed seeds (about 3% of cases; see
-// ScheduleRegressionTest.NodeOrderDecidesWhichJobFits). NodeIndex buckets list nodes in
-// Snapshot::nodes order, so best fit takes the first of equally free nodes, whichever
-// the snapshot lists first, without looking at CPUs or memory; CPU-only replicas go to
-// the first node in snapshot order under every placement policy. Re-enable once
-// nodes are taken in a canonical order (e.g. by name).
-TEST(SchedulePropertyTest, DISABLED_NodeOrderDoesNotChangeWhichJobsAreBound) {
+// Ties between equally good nodes are broken by node name (NodeIndex orders its slots
+// by name), never by where the snapshot happens to list a node.
+TEST(SchedulePropertyTest, NodeOrderDoesNotChangeWhichJobsAreBound) {
   CheckAll("node order", OrderIndependence(true, false, false), OrderFree);
 }
 
@@ -849,10 +845,9 @@ TEST(ScheduleRegressionTest, PreemptionHoldAndReservationShareGpus) {
   }
 }
 
-// Best fit takes the first of two nodes with 4 free GPUs each in snapshot order, with
-// no regard to CPUs: job 2 (50 CPUs) then fits only when job 1 went to n-b.
-// DISABLED with the node-order property above.
-TEST(ScheduleRegressionTest, DISABLED_NodeOrderDecidesWhichJobFits) {
+// Best fit took the first of two nodes with 4 free GPUs each in snapshot order, with
+// no regard to CPUs: job 2 (50 CPUs) then fitted only when job 1 went to n-b.
+TEST(ScheduleRegressionTest, NodeOrderDecidesWhichJobFits) {
   Snapshot s;
   s.now = WorkloadShape::DefaultNow();
   s.nodes = {SmallNode("n-a", "H100"), SmallNode("n-b", "H100")};
