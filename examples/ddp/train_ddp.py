@@ -103,6 +103,9 @@ def to_bytes(step: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> b
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # several ranks share a node's cores; avoid oversubscription
+    env = os.environ
+    print(f"rank {env.get('RANK')} of {env.get('WORLD_SIZE')} (local {env.get('LOCAL_RANK')}): "
+          f"rendezvous at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}", flush=True)
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     directory = trainyard.checkpoint_dir()

@@ -379,7 +379,9 @@ void Agent::StartTask(const agent::StartTask& spec) {
     for (int g : spec.gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
     launch.env["CUDA_VISIBLE_DEVICES"] = list;
   }
-  launch.workdir = spec.workdir.empty() ? options_.data_dir : spec.workdir;
+  // No workdir: the agent's own working directory, so relative paths in a job resolve
+  // where the agent (or `trainyard up`) was started, e.g. a checkout of the repository.
+  launch.workdir = spec.workdir;
   launch.log_path = t.log_path;
 
   Status failed = Status::Ok();

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -189,6 +190,10 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
   _exit(127);
 }
 
+// `--demo` submits the example jobs when `trainyard up` runs at the root of a checkout
+// (its agents start there too, so the examples' relative paths resolve), else kDemoJobs.
+constexpr const char* kDemoExamples[] = {"examples/trainer/job.yaml", "examples/ddp/job.yaml"};
+
 constexpr const char* kDemoJobs[] = {
     "name: demo-hello\nreplicas: 2\nresources: {gpus: 1}\n"
     "command: [\"/bin/sh\", \"-c\", \"echo rank $RANK of $WORLD_SIZE on GPUs "
@@ -239,18 +244,32 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
       << "Try:\n"
       << "  export TRAINYARD_SERVER=" << srv.Url() << "\n"
       << "  trainyard nodes\n"
-      << "  trainyard submit examples/finetune-1gpu.yaml\n"
+      << "  trainyard submit examples/trainer/job.yaml   # from the repository root\n"
       << "  trainyard jobs\n"
+      << "  trainyard logs ID -f\n"
       << "Ctrl-C stops the cluster.\n"
       << std::flush;
   if (f.demo) {
+    std::vector<std::pair<std::string, std::string>> jobs;  // what, spec text
+    for (const char* path : kDemoExamples) {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) continue;
+      std::stringstream text;
+      text << in.rdbuf();
+      jobs.emplace_back(path, text.str());
+    }
+    if (jobs.empty()) {
+      for (const char* text : kDemoJobs) jobs.emplace_back("built-in", text);
+    }
     httplib::Client client(srv.Url());
-    for (const char* text : kDemoJobs) {
+    for (const auto& [what, text] : jobs) {
       auto res = client.Post("/api/v1/jobs", text, "application/yaml");
       if (res && res->status == 201) {
-        out << "demo: submitted job " << nlohmann::json::parse(res->body).value("id", 0) << "\n";
+        out << "demo: submitted job " << nlohmann::json::parse(res->body).value("id", 0) << " ("
+            << what << ")\n";
       } else {
-        err << "demo: submit failed: " << (res ? res->body : "no answer") << "\n";
+        err << "demo: submit of " << what << " failed: " << (res ? res->body : "no answer")
+            << "\n";
       }
     }
     out << std::flush;
@@ -311,7 +330,9 @@ void AddUpCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream
       ->capture_default_str();
   cmd->add_option("--gpu-type", f->gpu_type, "GPU model of the simulated GPUs")
       ->capture_default_str();
-  cmd->add_flag("--demo", f->demo, "Submit a few small demo jobs");
+  cmd->add_flag("--demo", f->demo,
+                "Submit the examples/trainer and examples/ddp jobs (at a checkout's root; else "
+                "built-in demo jobs)");
   cmd->callback([f, &exit_code, &out, &err] { exit_code = RunUp(*f, out, err); });
 }
 

@@ -53,7 +53,7 @@ start_agent() {  # NAME GPUS
 
 wait_nodes() {  # N: until N nodes are Ready
   for _ in $(seq 200); do
-    n=$("$T" nodes -o json 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n["state"]=="Ready"))' 2>/dev/null || echo 0)
+    n=$("$T" nodes -o json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n["state"]=="Ready"))' 2>/dev/null || echo 0)
     [[ $n -ge $1 ]] && return 0
     sleep 0.05
   done
@@ -61,7 +61,7 @@ wait_nodes() {  # N: until N nodes are Ready
 }
 
 job_field() {  # ID PYTHON-EXPR over j
-  "$T" job show "$1" -o json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+  "$T" job show "$1" -o json | /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
 
 wait_state() {  # ID STATE [SECONDS]
@@ -74,7 +74,7 @@ wait_state() {  # ID STATE [SECONDS]
 }
 
 submit() {  # FILE -> id
-  "$T" submit "$1" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+  "$T" submit "$1" -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
 }
 
 spec() {  # NAME BODY -> file
@@ -106,7 +106,7 @@ command: ["/bin/sh", "-c", "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/
   m0=$(sed 's/.*master=\([^ ]*\).*/\1/' <<<"$l0"); m1=$(sed 's/.*master=\([^ ]*\).*/\1/' <<<"$l1")
   [[ $m0 == "$m1" ]] || fail "ranks disagree on MASTER_ADDR:PORT: $m0 vs $m1"
   [[ $l0 == *cuda=0,1* && $l1 == *cuda=0,1* ]] || fail "CUDA_VISIBLE_DEVICES: $l0 / $l1"
-  "$T" jobs --all -o json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert all(k in j[0] for k in ("id","name","state","reason")), j'
+  "$T" jobs --all -o json | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); assert all(k in j[0] for k in ("id","name","state","reason")), j'
   ;;
 pending)
   start_agent node-0 2
@@ -116,7 +116,7 @@ resources: {gpus: 8}
 command: ["/bin/true"]')")
   sleep 1
   [[ $(job_field "$id" 'j["state"]') == Pending ]] || fail "big job not Pending"
-  reason=$("$T" jobs -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["reason"])')
+  reason=$("$T" jobs -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["reason"])')
   [[ $reason == *8* ]] || fail "pending reason does not say why: $reason"
   ;;
 bad-input)
@@ -183,7 +183,7 @@ agent-loss)
   wait_nodes 2
   id=$(submit "$(spec one 'name: one
 resources: {gpus: 1}
-command: ["/bin/sh", "-c", "echo attempt=$TRAINYARD_ATTEMPT resume=$TRAINYARD_RESUME_FROM; sleep 8"]')")
+command: ["/bin/sh", "-c", "echo attempt=$TRAINYARD_ATTEMPT resume=$TRAINYARD_RESUME_FROM; sleep 300"]')")
   wait_state "$id" Running
   curl -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$id/checkpoint" -d '{"path": "/ck/one", "step": 1}' >/dev/null
   node=$(job_field "$id" 'j["attempts"][0]["nodes"][0]')
