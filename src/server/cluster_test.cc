@@ -127,6 +127,7 @@ TEST_F(ClusterTest, GangStartsWithTorchrunEnvAndSucceeds) {
   EXPECT_EQ(r0.start.env.at("MASTER_PORT"), r1.start.env.at("MASTER_PORT"));
   EXPECT_EQ(r0.start.env.at("CUDA_VISIBLE_DEVICES"), "0,1,2,3");
   EXPECT_EQ(r0.start.env.at("TRAINYARD_RESUME_FROM"), "");
+  EXPECT_EQ(r0.start.env.at("TRAINYARD_PREEMPT_SIGNAL"), "SIGUSR1");  // the SDK's notice
   EXPECT_EQ(r0.start.env.at("TRAINYARD_JOB_ID"), std::to_string(id));
   const std::string n0 = c0[0].start.rank == 0 ? "node-0" : "node-1";
   const std::string n1 = n0 == "node-0" ? "node-1" : "node-0";

@@ -1,0 +1,346 @@
+#!/usr/bin/python3
+"""Control-plane speed on this machine (Python 3 standard library only).
+
+  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm] ...
+
+Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
+  submit   jobs/s acknowledged (201, committed with synchronous=FULL) over POST /jobs
+           from --clients processes, each with one keep-alive connection;
+  list     GET /jobs over --list-jobs jobs, page by page: time per page and in all;
+  latency  idle `trainyard up --nodes 2 --gpus-per-node 8`: submit -> process start,
+           p50/p99 over --latency-jobs jobs submitted one at a time;
+  slurm    --slurm-runs back-to-back runs of --slurm-jobs trivial 1-GPU jobs, one CLI
+           call each: `slurm-peer bench N` (sbatch) then `trainyard submit` against
+           `trainyard up` (4 x 8 GPUs); jobs/s from the first submission until all have
+           finished, medians and their ratio. Skipped, saying why, when the Slurm peer
+           (../shared/peers/slurm/slurm-peer) is not set up.
+Every process it starts is stopped on exit. Unknown arguments (such as the
+--benchmark_min_time that scripts/bench passes) are ignored.
+"""
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SLURM_PEER = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "peers", "slurm", "slurm-peer"))
+UNFINISHED = "Pending,Admitted,Starting,Running,Preempting,Lost"
+
+_children = []  # Popen objects still to stop
+
+
+def stop(p, sig=signal.SIGTERM, grace=15):
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    if p in _children:
+        _children.remove(p)
+
+
+def stop_all():
+    for p in list(_children):
+        stop(p)
+
+
+def connect(url):
+    u = urllib.parse.urlsplit(url)
+    return http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+
+
+def call(conn, method, path, body=None, ctype="application/json"):
+    headers = {"Content-Type": ctype} if body is not None else {}
+    conn.request(method, path, body, headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    return resp.status, data
+
+
+def pct(values, p):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def start(trainyard, args, data_dir, log):
+    """Starts `trainyard ARGS --port 0 --data-dir DIR`; returns (Popen, URL)."""
+    os.makedirs(data_dir, exist_ok=True)
+    url_file = os.path.join(data_dir, "server.url")
+    if os.path.exists(url_file):
+        os.remove(url_file)
+    p = subprocess.Popen([trainyard] + args + ["--port", "0", "--data-dir", data_dir],
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _children.append(p)
+    for _ in range(600):
+        if p.poll() is not None:
+            raise RuntimeError(f"{' '.join(args)} exited: see {log}")
+        if os.path.exists(url_file) and os.path.getsize(url_file) > 0:
+            with open(url_file) as f:
+                url = f.read().strip()
+            try:
+                if call(connect(url), "GET", "/api/v1/healthz")[0] == 200:
+                    return p, url
+            except OSError:
+                pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{' '.join(args)} did not start: see {log}")
+
+
+def wait_nodes(url, n):
+    conn = connect(url)
+    for _ in range(600):
+        nodes = json.loads(call(conn, "GET", "/api/v1/nodes")[1])["nodes"]
+        if sum(1 for x in nodes if x["state"] == "Ready") >= n:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{n} nodes did not become Ready")
+
+
+def wait_all_finished(url, poll=0.05):
+    conn = connect(url)
+    while True:
+        page = json.loads(call(conn, "GET", f"/api/v1/jobs?state={UNFINISHED}&limit=1")[1])
+        if not page["jobs"]:
+            return
+        time.sleep(poll)
+
+
+# --- submit ------------------------------------------------------------------------------
+
+def _submit_worker(url, threads, count, tag, go, out):
+    """One process: `threads` threads, each with its own keep-alive connection."""
+    body = json.dumps({"name": f"bench-{tag}", "resources": {"gpus": 1},
+                       "command": ["/bin/true"]})
+    lat, bad = [], [0]
+    conns = [connect(url) for _ in range(threads)]
+
+    def run(conn):
+        for _ in range(count):
+            a = time.monotonic()
+            status, _ = call(conn, "POST", "/api/v1/jobs", body)
+            lat.append(time.monotonic() - a)
+            if status != 201:
+                bad[0] += 1
+
+    ts = [threading.Thread(target=run, args=(c,)) for c in conns]
+    go.wait()
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out.put((t0, time.monotonic(), lat, bad[0]))
+
+
+def bench_submit(trainyard, work, clients, jobs):
+    p, url = start(trainyard, ["server"], f"{work}/submit", f"{work}/submit.log")
+    try:
+        ctx = multiprocessing.get_context("fork")
+        # A short warm-up, then the measured burst.
+        for n, measured in ((min(1000, jobs), False), (jobs, True)):
+            go, out = ctx.Event(), ctx.Queue()
+            nproc = min(clients, os.cpu_count() * 4)
+            threads = clients // nproc
+            per = n // (nproc * threads)
+            procs = [ctx.Process(target=_submit_worker, args=(url, threads, per, i, go, out))
+                     for i in range(nproc)]
+            for w in procs:
+                w.start()
+            time.sleep(0.5)
+            go.set()
+            res = [out.get() for _ in procs]
+            for w in procs:
+                w.join()
+            if not measured:
+                continue
+            wall = max(r[1] for r in res) - min(r[0] for r in res)
+            lat = [x for r in res for x in r[2]]
+            bad = sum(r[3] for r in res)
+            total = per * nproc * threads
+            print(f"submit: {total} jobs from {nproc * threads} keep-alive connections "
+                  f"({nproc} processes) in {wall:.2f} s: "
+                  f"{(total - bad) / wall:,.0f} jobs/s acknowledged; "
+                  f"request p50 {pct(lat, 50) * 1e3:.1f} ms p99 {pct(lat, 99) * 1e3:.1f} ms; "
+                  f"non-201: {bad}", flush=True)
+    finally:
+        stop(p)
+
+
+# --- list --------------------------------------------------------------------------------
+
+def bench_list(trainyard, work, jobs):
+    p, url = start(trainyard, ["server"], f"{work}/list", f"{work}/list.log")
+    try:
+        conn = connect(url)
+        spec = json.dumps({"name": "listed", "resources": {"gpus": 1}, "command": ["/bin/true"]})
+        left = jobs
+        while left > 0:
+            n = min(10_000, left)
+            status, data = call(conn, "POST", f"/api/v1/jobs?array=1-{n}", spec)
+            if status != 201:
+                raise RuntimeError(f"array submit: HTTP {status}: {data[:200]}")
+            left -= n
+        for limit in (100, 1000):
+            times, after, listed = [], 0, 0
+            t0 = time.monotonic()
+            while True:
+                a = time.monotonic()
+                status, data = call(conn, "GET", f"/api/v1/jobs?limit={limit}&after={after}")
+                times.append(time.monotonic() - a)
+                page = json.loads(data)
+                listed += len(page["jobs"])
+                if page["next_after"] is None:
+                    break
+                after = page["next_after"]
+            total = time.monotonic() - t0
+            print(f"list: {listed} jobs, limit={limit}: {len(times)} pages in {total:.2f} s; "
+                  f"per page p50 {pct(times, 50) * 1e3:.1f} ms p99 {pct(times, 99) * 1e3:.1f} ms "
+                  f"(including JSON parsing in the client)", flush=True)
+    finally:
+        stop(p)
+
+
+# --- latency -----------------------------------------------------------------------------
+
+def bench_latency(trainyard, work, jobs):
+    d = f"{work}/latency"
+    p, url = start(trainyard, ["up", "--nodes", "2", "--gpus-per-node", "8"], d, f"{work}/latency.log")
+    try:
+        wait_nodes(url, 2)
+        conn = connect(url)
+        marks = f"{work}/marks"
+        os.makedirs(marks)
+        lat = []
+        for i in range(jobs):
+            f = f"{marks}/{i}"
+            spec = json.dumps({"name": f"lat-{i}", "resources": {"gpus": 1},
+                               "command": ["/bin/sh", "-c", f"date +%s%N > {f}.tmp && mv {f}.tmp {f}"]})
+            t0 = time.time_ns()
+            status, data = call(conn, "POST", "/api/v1/jobs", spec)
+            if status != 201:
+                raise RuntimeError(f"submit: HTTP {status}: {data[:200]}")
+            deadline = time.monotonic() + 30
+            while not os.path.exists(f):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"job {json.loads(data)['id']} did not start in 30 s")
+                time.sleep(0.001)
+            with open(f) as fh:
+                lat.append((int(fh.read()) - t0) / 1e6)
+            wait_all_finished(url, 0.005)  # keep the cluster idle for the next one
+        print(f"latency: idle 2 x 8-GPU local cluster, {jobs} jobs one at a time: submit -> "
+              f"process start p50 {pct(lat, 50):.0f} ms p99 {pct(lat, 99):.0f} ms "
+              f"max {max(lat):.0f} ms", flush=True)
+    finally:
+        stop(p, signal.SIGINT)
+
+
+# --- slurm comparison --------------------------------------------------------------------
+
+def run_trainyard_jobs(trainyard, url, spec_file, n):
+    t0 = time.monotonic()
+    for _ in range(n):
+        subprocess.run([trainyard, "submit", spec_file, "--server", url, "-o", "json"],
+                       check=True, stdout=subprocess.DEVNULL)
+    t1 = time.monotonic()
+    wait_all_finished(url)
+    t2 = time.monotonic()
+    return t1 - t0, t2 - t0
+
+
+def slurm_unavailable():
+    if not os.access(SLURM_PEER, os.X_OK):
+        return f"{SLURM_PEER} not found"
+    if not shutil.which("slurmctld") and not os.path.exists("/usr/sbin/slurmctld"):
+        return "slurm-wlm is not installed (run `slurm-peer setup` as root)"
+    peer_dir = os.environ.get("SLURM_PEER_DIR", "/tmp/trainyard-slurm-peer")
+    if not os.path.exists(f"{peer_dir}/etc/slurm.conf"):
+        return f"{peer_dir} is not laid out (run `slurm-peer setup` as root)"
+    return None
+
+
+def bench_slurm(trainyard, work, runs, n):
+    why = slurm_unavailable()
+    if why:
+        print(f"slurm: skipped: {why}", flush=True)
+        return
+    spec_file = f"{work}/trivial.yaml"
+    with open(spec_file, "w") as f:
+        f.write('name: trivial\nresources: {gpus: 1}\ncommand: ["/bin/true"]\n')
+    p, url = start(trainyard, ["up", "--nodes", "4", "--gpus-per-node", "8"], f"{work}/cmp",
+                   f"{work}/cmp.log")
+    slurm_rates, ours_rates = [], []
+    try:
+        wait_nodes(url, 4)
+        up = subprocess.run([SLURM_PEER, "up"], capture_output=True, text=True)
+        if up.returncode != 0:
+            print(f"slurm: skipped: `slurm-peer up` failed: {up.stderr.strip()[-300:]}", flush=True)
+            return
+        for r in range(runs):
+            out = subprocess.run([SLURM_PEER, "bench", str(n)], capture_output=True, text=True,
+                                 check=True).stdout.strip().splitlines()[-1]
+            fields = dict(kv.split("=") for kv in out.split()[1:])
+            slurm_rates.append(float(fields["completed_per_s"]))
+            sub, done = run_trainyard_jobs(trainyard, url, spec_file, n)
+            ours_rates.append(n / done)
+            print(f"slurm run {r + 1}: {out}", flush=True)
+            print(f"trainyard run {r + 1}: jobs={n} submit_s={sub:.2f} submit_per_s={n / sub:.1f} "
+                  f"all_done_s={done:.2f} completed_per_s={n / done:.1f}", flush=True)
+        s, o = statistics.median(slurm_rates), statistics.median(ours_rates)
+        print(f"slurm vs trainyard: {n} trivial 1-GPU jobs, one CLI call each, 4 x 8 GPUs, "
+              f"median of {runs}: Slurm {s:.1f} jobs/s, Trainyard {o:.1f} jobs/s, "
+              f"ratio {o / s:.1f}x", flush=True)
+    finally:
+        subprocess.run([SLURM_PEER, "down"], capture_output=True)
+        stop(p, signal.SIGINT)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trainyard", default=os.path.join(os.getcwd(), "build-release", "trainyard"))
+    ap.add_argument("--only", default="submit,list,latency,slurm")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--list-jobs", type=int, default=100_000)
+    ap.add_argument("--latency-jobs", type=int, default=200)
+    ap.add_argument("--slurm-runs", type=int, default=3)
+    ap.add_argument("--slurm-jobs", type=int, default=1000)
+    args, _ = ap.parse_known_args()
+    trainyard = os.path.abspath(args.trainyard)
+    if not os.access(trainyard, os.X_OK):
+        print(f"server_bench: no trainyard binary at {trainyard}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = tempfile.mkdtemp(prefix="trainyard-server-bench-")
+    only = set(args.only.split(","))
+    print(f"server_bench: {trainyard}, {os.cpu_count()} CPUs, work dir {work}", flush=True)
+    try:
+        if "submit" in only:
+            bench_submit(trainyard, work, args.clients, args.jobs)
+        if "list" in only:
+            bench_list(trainyard, work, args.list_jobs)
+        if "latency" in only:
+            bench_latency(trainyard, work, args.latency_jobs)
+        if "slurm" in only:
+            bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs)
+    finally:
+        stop_all()
+        if not os.environ.get("KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
