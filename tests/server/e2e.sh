@@ -8,39 +8,7 @@
 set -euo pipefail
 T=$1
 CASE=$2
-WORK=$(mktemp -d /tmp/trainyard-e2e-XXXXXX)
-D=$WORK/server
-export TRAINYARD_DATA_DIR=$D
-PIDS=()
-
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  if [[ ${KEEP:-} == 1 ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL ($CASE): $*" >&2
-  echo "--- server log" >&2; tail -20 "$WORK/server.log" >&2 || true
-  for f in "$WORK"/agent-*.log; do echo "--- $f" >&2; tail -10 "$f" >&2 || true; done
-  exit 1
-}
-
-SERVER_PID=
-start_server() {  # [PORT]: 0 (any) by default
-  rm -f "$D/server.url"
-  "$T" server --data-dir "$D" --port "${1:-0}" --node-timeout 3s --policy min_runtime=0s \
-    >"$WORK/server.log" 2>&1 &
-  SERVER_PID=$!
-  PIDS+=("$SERVER_PID")
-  for _ in $(seq 100); do
-    grep -q "listening on" "$WORK/server.log" 2>/dev/null && [[ -s $D/server.url ]] && return 0
-    sleep 0.05
-  done
-  fail "server did not start"
-}
+source "$(dirname "$0")/lib.sh"
 
 declare -A AGENT_PID
 start_agent() {  # NAME GPUS
@@ -49,19 +17,6 @@ start_agent() {  # NAME GPUS
     >>"$WORK/agent-$1.log" 2>&1 &
   AGENT_PID[$1]=$!
   PIDS+=("$!")
-}
-
-wait_nodes() {  # N: until N nodes are Ready
-  for _ in $(seq 200); do
-    n=$("$T" nodes -o json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n["state"]=="Ready"))' 2>/dev/null || echo 0)
-    [[ $n -ge $1 ]] && return 0
-    sleep 0.05
-  done
-  fail "expected $1 Ready nodes"
-}
-
-job_field() {  # ID PYTHON-EXPR over j
-  "$T" job show "$1" -o json | /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
 
 wait_state() {  # ID STATE [SECONDS]
@@ -74,7 +29,7 @@ wait_state() {  # ID STATE [SECONDS]
 }
 
 submit() {  # FILE -> id
-  "$T" submit "$1" -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+  "$T" submit "$1" -o json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])'
 }
 
 spec() {  # NAME BODY -> file
@@ -106,7 +61,7 @@ command: ["/bin/sh", "-c", "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/
   m0=$(sed 's/.*master=\([^ ]*\).*/\1/' <<<"$l0"); m1=$(sed 's/.*master=\([^ ]*\).*/\1/' <<<"$l1")
   [[ $m0 == "$m1" ]] || fail "ranks disagree on MASTER_ADDR:PORT: $m0 vs $m1"
   [[ $l0 == *cuda=0,1* && $l1 == *cuda=0,1* ]] || fail "CUDA_VISIBLE_DEVICES: $l0 / $l1"
-  "$T" jobs --all -o json | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); assert all(k in j[0] for k in ("id","name","state","reason")), j'
+  "$T" jobs --all -o json | "$PY" -c 'import json,sys; j=json.load(sys.stdin); assert all(k in j[0] for k in ("id","name","state","reason")), j'
   ;;
 pending)
   start_agent node-0 2
@@ -116,7 +71,7 @@ resources: {gpus: 8}
 command: ["/bin/true"]')")
   sleep 1
   [[ $(job_field "$id" 'j["state"]') == Pending ]] || fail "big job not Pending"
-  reason=$("$T" jobs -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["reason"])')
+  reason=$("$T" jobs -o json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["reason"])')
   [[ $reason == *8* ]] || fail "pending reason does not say why: $reason"
   ;;
 bad-input)

@@ -14,41 +14,14 @@ set -euo pipefail
 T=$(realpath "$1")
 CASE=$2
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-WORK=$(mktemp -d /tmp/trainyard-examples-XXXXXX)
-D=$WORK/server
-export TRAINYARD_DATA_DIR=$D
-PIDS=()
-PY=/usr/bin/python3  # starts fast; the pyenv shim on PATH takes seconds under load
-[[ -x $PY ]] || PY=python3
+NODE_TIMEOUT=5s
+source "$(dirname "$0")/lib.sh"
 
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  if [[ ${KEEP:-} == 1 ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL ($CASE): $*" >&2
-  echo "--- server log" >&2; tail -20 "$WORK/server.log" >&2 || true
-  for f in "$WORK"/agent-*.log; do echo "--- $f" >&2; tail -10 "$f" >&2 || true; done
+fail_extra() {  # the jobs' state and last log lines
   for id in ${JOBS:-}; do
     echo "--- job $id" >&2; "$T" job show "$id" >&2 || true
     for r in 0 1; do echo "--- job $id rank $r" >&2; "$T" logs "$id" --rank $r 2>&1 | tail -8 >&2 || true; done
   done
-  exit 1
-}
-
-start_server() {
-  "$T" server --data-dir "$D" --port 0 --node-timeout 5s --policy min_runtime=0s \
-    >"$WORK/server.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 200); do
-    grep -q "listening on" "$WORK/server.log" 2>/dev/null && [[ -s $D/server.url ]] && return 0
-    sleep 0.05
-  done
-  fail "server did not start"
 }
 
 start_agent() {  # NAME: from the repository root, like `trainyard up` run there
@@ -56,19 +29,6 @@ start_agent() {  # NAME: from the repository root, like `trainyard up` run there
     --join-token "$(cat "$D/join-token")" --name "$1" --data-dir "$WORK/agents/$1" \
     --simulated-gpus 2 --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1) &
   PIDS+=("$!")
-}
-
-wait_nodes() {  # N: until N nodes are Ready
-  for _ in $(seq 200); do
-    n=$("$T" nodes -o json 2>/dev/null | "$PY" -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n["state"]=="Ready"))' 2>/dev/null || echo 0)
-    [[ $n -ge $1 ]] && return 0
-    sleep 0.05
-  done
-  fail "expected $1 Ready nodes"
-}
-
-job_field() {  # ID PYTHON-EXPR over j
-  "$T" job show "$1" -o json | "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
 
 wait_until() {  # ID PYTHON-CONDITION-OVER-j SECONDS WHAT

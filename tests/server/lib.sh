@@ -1,0 +1,55 @@
+# Shared by the control-plane end-to-end scripts (e2e.sh, examples_e2e.sh): a server
+# and agents on loopback (port 0) in a temporary directory, stopped on exit, and
+# small helpers over the CLI's JSON output.
+#
+# The sourcing script sets T (the trainyard binary) and CASE, and may set
+# NODE_TIMEOUT (default 3s) and define fail_extra (more to print on failure).
+WORK=$(mktemp -d /tmp/trainyard-e2e-XXXXXX)
+D=$WORK/server
+export TRAINYARD_DATA_DIR=$D
+PIDS=()
+PY=/usr/bin/python3  # starts fast; the pyenv shim on PATH takes seconds under load
+[[ -x $PY ]] || PY=python3
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 0.5
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  if [[ ${KEEP:-} == 1 ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL ($CASE): $*" >&2
+  echo "--- server log" >&2; tail -20 "$WORK/server.log" >&2 || true
+  for f in "$WORK"/agent-*.log; do echo "--- $f" >&2; tail -10 "$f" >&2 || true; done
+  if declare -F fail_extra >/dev/null; then fail_extra; fi
+  exit 1
+}
+
+SERVER_PID=
+start_server() {  # [PORT]: 0 (any) by default
+  rm -f "$D/server.url"
+  "$T" server --data-dir "$D" --port "${1:-0}" --node-timeout "${NODE_TIMEOUT:-3s}" \
+    --policy min_runtime=0s >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  for _ in $(seq 200); do
+    grep -q "listening on" "$WORK/server.log" 2>/dev/null && [[ -s $D/server.url ]] && return 0
+    sleep 0.05
+  done
+  fail "server did not start"
+}
+
+wait_nodes() {  # N: until N nodes are Ready
+  for _ in $(seq 200); do
+    n=$("$T" nodes -o json 2>/dev/null | "$PY" -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin) if n["state"]=="Ready"))' 2>/dev/null || echo 0)
+    [[ $n -ge $1 ]] && return 0
+    sleep 0.05
+  done
+  fail "expected $1 Ready nodes"
+}
+
+job_field() {  # ID PYTHON-EXPR over j
+  "$T" job show "$1" -o json | "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
