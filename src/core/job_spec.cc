@@ -142,6 +142,15 @@ std::optional<std::string> CanonicalSignalName(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<int> SignalNumber(std::string_view name) {
+  std::optional<std::string> canonical = CanonicalSignalName(name);
+  if (!canonical) return std::nullopt;
+  for (const auto& s : kSignals) {
+    if (*canonical == s.name) return s.number;
+  }
+  return std::nullopt;
+}
+
 void NormalizeSpec(JobSpec& spec) {
   if (spec.min_replicas == 0) spec.min_replicas = spec.replicas;
   if (spec.tenant.empty()) spec.tenant = kDefaultTenant;

@@ -133,5 +133,7 @@ int64_t TotalGpus(const JobSpec& spec);
 // Signal names accepted for checkpoint.notice_signal ("SIGUSR1", "USR1", "10").
 // Returns the canonical "SIGxxx" name or nullopt.
 std::optional<std::string> CanonicalSignalName(std::string_view name);
+// The signal's number for any name CanonicalSignalName accepts; nullopt otherwise.
+std::optional<int> SignalNumber(std::string_view name);
 
 }  // namespace trainyard

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <csignal>
 #include <fstream>
 #include <sstream>
 
@@ -293,6 +294,14 @@ RC_GTEST_PROP(SpecCodecTest, ArbitraryStringsRoundTripThroughYaml, ()) {
   auto back = ParseSpec(SpecToYaml(s), "rt.yaml");
   RC_ASSERT(back.ok());
   RC_ASSERT(*back.spec == s);
+}
+
+TEST(SignalTest, NumbersForEveryAcceptedSpelling) {
+  EXPECT_EQ(SignalNumber("SIGUSR1"), SIGUSR1);
+  EXPECT_EQ(SignalNumber("USR2"), SIGUSR2);
+  EXPECT_EQ(SignalNumber(std::to_string(SIGTERM)), SIGTERM);
+  EXPECT_EQ(SignalNumber("SIGNOPE"), std::nullopt);
+  EXPECT_EQ(SignalNumber(""), std::nullopt);
 }
 
 }  // namespace

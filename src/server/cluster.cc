@@ -1,6 +1,7 @@
 #include "server/cluster.h"
 
 #include <algorithm>
+#include <csignal>
 #include <sstream>
 
 #include "core/names.h"
@@ -944,7 +945,7 @@ Status Cluster::Impl::PreemptLocked(JobEntry& e, const std::string& why, const s
       why + "; work since the last checkpoint so far: " + FormatDuration(e.job.LostWorkAt(now)));
   TY_RETURN_IF_ERROR(CommitLocked(b));
   e.job = std::move(next);
-  const int signal = std::max(SignalNumber(e.job.spec.checkpoint.notice_signal), 1);
+  const int signal = SignalNumber(e.job.spec.checkpoint.notice_signal).value_or(SIGUSR1);
   for (const Rank& r : e.gang->ranks) {
     if (Done(r.state)) continue;
     Command c;
@@ -1371,7 +1372,7 @@ Result<PassStats> Cluster::Impl::SchedulePass() {
   for (Job& job : preempted) {
     JobEntry& e = jobs_[job.id];
     e.job = std::move(job);
-    const int signal = std::max(SignalNumber(e.job.spec.checkpoint.notice_signal), 1);
+    const int signal = SignalNumber(e.job.spec.checkpoint.notice_signal).value_or(SIGUSR1);
     for (const Rank& r : e.gang->ranks) {
       if (Done(r.state)) continue;
       Command c;

@@ -213,16 +213,4 @@ ordered_json ToJson(const Command& c) {
   return {};
 }
 
-int SignalNumber(const std::string& name) {
-  static const std::pair<const char*, int> kSignals[] = {
-      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},     {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
-      {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM},   {"SIGALRM", SIGALRM}, {"SIGCONT", SIGCONT},
-      {"SIGURG", SIGURG},   {"SIGWINCH", SIGWINCH}, {"SIGPWR", SIGPWR},   {"SIGXCPU", SIGXCPU},
-  };
-  for (const auto& [n, v] : kSignals) {
-    if (name == n) return v;
-  }
-  return 0;
-}
-
 }  // namespace trainyard::server

@@ -74,7 +74,4 @@ Result<Registration> ParseRegistration(const nlohmann::json& j);
 Result<Heartbeat> ParseHeartbeat(const nlohmann::json& j);
 nlohmann::ordered_json ToJson(const Command& c);
 
-// The number of a canonical signal name ("SIGUSR1" -> 10); 0 when unknown.
-int SignalNumber(const std::string& canonical_name);
-
 }  // namespace trainyard::server
