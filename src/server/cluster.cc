@@ -257,6 +257,9 @@ class Cluster::Impl {
   // The rank `t` is about, when it belongs to the open attempt of an active job and
   // runs on `node`.
   std::pair<JobEntry*, Rank*> FindRank(const std::string& node, const TaskStatus& t);
+  // Queues a `preempt` command (the spec's notice signal, its grace) for every rank of
+  // `e`'s gang that has not finished.
+  void SendPreemptNotices(const JobEntry& e);
   void CommitGroup(std::vector<SubmitRequest*>& group);
   // Returns the first of `n` consecutive unused job ids, taken from a block reserved
   // in the store ahead of time, so that a group commit is one transaction (one fsync)
@@ -945,6 +948,11 @@ Status Cluster::Impl::PreemptLocked(JobEntry& e, const std::string& why, const s
       why + "; work since the last checkpoint so far: " + FormatDuration(e.job.LostWorkAt(now)));
   TY_RETURN_IF_ERROR(CommitLocked(b));
   e.job = std::move(next);
+  SendPreemptNotices(e);
+  return Status::Ok();
+}
+
+void Cluster::Impl::SendPreemptNotices(const JobEntry& e) {
   const int signal = SignalNumber(e.job.spec.checkpoint.notice_signal).value_or(SIGUSR1);
   for (const Rank& r : e.gang->ranks) {
     if (Done(r.state)) continue;
@@ -955,7 +963,6 @@ Status Cluster::Impl::PreemptLocked(JobEntry& e, const std::string& why, const s
     c.grace = e.job.spec.checkpoint.preempt_grace;
     Push(r.node, std::move(c));
   }
-  return Status::Ok();
 }
 
 Status Cluster::Impl::EvaluateLocked(JobId id) {
@@ -1372,16 +1379,7 @@ Result<PassStats> Cluster::Impl::SchedulePass() {
   for (Job& job : preempted) {
     JobEntry& e = jobs_[job.id];
     e.job = std::move(job);
-    const int signal = SignalNumber(e.job.spec.checkpoint.notice_signal).value_or(SIGUSR1);
-    for (const Rank& r : e.gang->ranks) {
-      if (Done(r.state)) continue;
-      Command c;
-      c.kind = Command::Kind::kPreempt;
-      c.task_id = TaskId(e.job.id, e.gang->attempt, r.rank);
-      c.signal = signal;
-      c.grace = e.job.spec.checkpoint.preempt_grace;
-      Push(r.node, std::move(c));
-    }
+    SendPreemptNotices(e);
     ++stats.preemptions;
   }
   for (const sched::Waiting& w : d.waiting) {
