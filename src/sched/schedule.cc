@@ -41,7 +41,7 @@ struct JobCtx {
   GangRequest req;
   std::vector<int32_t> excluded;
   int64_t gpus = 0;  // at min_replicas
-  Key shape_key;
+  int shape = -1;    // index into the pass's shape table
   Ordering::Key static_key;
 };
 
@@ -105,7 +105,7 @@ class Pass {
   }
 
   Decisions Run() {
-    std::vector<std::vector<int>> by_queue;
+    std::vector<std::pair<size_t, size_t>> by_queue;
     Admit(by_queue);
     Loop(by_queue);
     auto by_id = [](const auto& a, const auto& b) { return a.job < b.job; };
@@ -119,10 +119,13 @@ class Pass {
 
  private:
   // Step 1: sort jobs into infeasible, not-yet-eligible and candidates per queue.
-  // Contexts live in ctxs_ (reserved up front, so at stable addresses); queues hold
-  // indices into it.
-  void Admit(std::vector<std::vector<int>>& by_queue) {
-    ctxs_.reserve(snap_.pending.size());
+  // Contexts end up in ctxs_ grouped by queue, each queue's in its order; by_queue
+  // holds each queue's [begin, end) range in it.
+  void Admit(std::vector<std::pair<size_t, size_t>>& by_queue) {
+    std::vector<JobCtx> admitted;
+    admitted.reserve(snap_.pending.size());
+    std::vector<std::vector<int>> queued;
+    out_.waiting.reserve(snap_.pending.size());
     for (const PendingJob& job : snap_.pending) {
       const int queue = quota_.Find(job.tenant, job.queue);
       if (queue < 0) {
@@ -156,7 +159,7 @@ class Pass {
       }
       std::sort(ctx.excluded.begin(), ctx.excluded.end());
       if (!ctx.excluded.empty()) ctx.req.excluded = &ctx.excluded;
-      ctx.shape_key = ShapeKey(ctx);
+      ctx.shape = InternShape(ctx);
 
       if (int64_t ceiling = quota_.Ceiling(ctx.queue); ctx.gpus > ceiling) {
         out_.infeasible.push_back({job.id, "needs " + std::to_string(ctx.gpus) + " GPUs; queue '" +
@@ -178,34 +181,46 @@ class Pass {
         continue;
       }
       ctx.static_key = ordering_->KeyOf(job, 0, false);
-      if (static_cast<int>(by_queue.size()) <= ctx.queue) by_queue.resize(ctx.queue + 1);
-      by_queue[ctx.queue].push_back(static_cast<int>(ctxs_.size()));
-      ctxs_.push_back(std::move(ctx));
+      if (static_cast<int>(queued.size()) <= ctx.queue) queued.resize(ctx.queue + 1);
+      queued[ctx.queue].push_back(static_cast<int>(admitted.size()));
+      admitted.push_back(std::move(ctx));
     }
-    for (auto& jobs : by_queue) {
+    // Laid out in the order the loop visits them, so it reads memory in sequence.
+    ctxs_.reserve(admitted.size());
+    by_queue.resize(queued.size());
+    for (size_t q = 0; q < queued.size(); ++q) {
+      auto& jobs = queued[q];
       std::sort(jobs.begin(), jobs.end(), [&](int a, int b) {
-        return std::tie(ctxs_[a].static_key, a) < std::tie(ctxs_[b].static_key, b);
+        return std::tie(admitted[a].static_key, a) < std::tie(admitted[b].static_key, b);
       });
+      by_queue[q].first = ctxs_.size();
+      for (int i : jobs) ctxs_.push_back(std::move(admitted[i]));
+      by_queue[q].second = ctxs_.size();
     }
     // Point requests at their exclusions, now that contexts do not move.
     for (JobCtx& c : ctxs_) c.req.excluded = c.excluded.empty() ? nullptr : &c.excluded;
   }
 
   // Steps 2-5.
-  void Loop(std::vector<std::vector<int>>& by_queue) {
+  void Loop(const std::vector<std::pair<size_t, size_t>>& by_queue) {
     using Entry = std::pair<Ordering::Key, int>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heads;
-    std::vector<size_t> next(by_queue.size(), 0);
+    std::vector<size_t> next(by_queue.size());
+    for (size_t q = 0; q < by_queue.size(); ++q) next[q] = by_queue[q].first;
     auto push = [&](int q) {
-      if (next[q] >= by_queue[q].size()) return;
-      const JobCtx& c = ctxs_[by_queue[q][next[q]]];
+      const size_t i = next[q];
+      if (i >= by_queue[q].second) return;
+      // The jobs (in the snapshot, in no useful order) a few steps ahead.
+      constexpr size_t kAhead = 4;
+      if (i + kAhead < by_queue[q].second) __builtin_prefetch(ctxs_[i + kAhead].job);
+      const JobCtx& c = ctxs_[i];
       heads.push({ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q});
     };
     for (size_t q = 0; q < by_queue.size(); ++q) push(static_cast<int>(q));
     while (!heads.empty()) {
       int q = heads.top().second;
       heads.pop();
-      Consider(ctxs_[by_queue[q][next[q]++]]);
+      Consider(ctxs_[next[q]++]);
       push(q);
     }
   }
@@ -291,8 +306,17 @@ class Pass {
     auto& list = cache[key];
     if (list.size() < 64) list.push_back(need);
   }
-  bool KnownMisfit(const JobCtx& c) const { return Dominated(misfit_, CoarseKey(c), Needs(c)); }
-  void RecordMisfit(const JobCtx& c) { Record(misfit_, CoarseKey(c), Needs(c)); }
+  // A shape found not to fit stays so for the rest of the pass; the dominance test
+  // runs at most once per shape until then.
+  bool KnownMisfit(const JobCtx& c) {
+    ShapeInfo& info = shapes_[c.shape];
+    if (!info.misfit && Dominated(misfit_, CoarseKey(c), Needs(c))) info.misfit = true;
+    return info.misfit;
+  }
+  void RecordMisfit(const JobCtx& c) {
+    shapes_[c.shape].misfit = true;
+    Record(misfit_, CoarseKey(c), Needs(c));
+  }
 
   void Claim(const GangPlacement& p) {
     ++version_;  // called whenever GPUs are reserved
@@ -349,8 +373,7 @@ class Pass {
     if (lent.empty()) return std::nullopt;
     // Which reservations lend GPUs depends only on the job's end time, and the lent
     // set only grows with it; capacity only shrinks: a miss stays a miss.
-    Key key = c.shape_key;
-    key.v[8] = static_cast<int64_t>(lent.size());
+    const Key key{{c.shape, static_cast<int64_t>(lent.size())}};
     std::optional<GangPlacement> p;
     if (!c.excluded.empty() || !backfill_misfit_.count(key)) {
       p = PlaceGang(index_, req, style_);
@@ -471,13 +494,13 @@ class Pass {
   // shape share it until the index changes.
   std::string WaitReason(const JobCtx& c, const std::string& suffix = "") {
     if (!c.excluded.empty()) return ComposeWaitReason(c) + suffix;
-    Key key = c.shape_key;
-    key.v[8] = suffix.empty() ? 0 : 1;  // the only suffix is the deferred-search note
-    auto [it, inserted] = reasons_.try_emplace(key);
-    if (inserted || it->second.first != version_) {
-      it->second = {version_, ComposeWaitReason(c) + suffix};
+    ShapeInfo& info = shapes_[c.shape];
+    const int k = suffix.empty() ? 0 : 1;  // the only suffix is the deferred-search note
+    if (info.reason_version[k] != version_) {
+      info.reason[k] = ComposeWaitReason(c) + suffix;
+      info.reason_version[k] = version_;
     }
-    return it->second.second;
+    return info.reason[k];
   }
 
   std::string ComposeWaitReason(const JobCtx& c) const {
@@ -623,10 +646,7 @@ class Pass {
   // is one GPU type, so an untyped gang must fit within one type.
   std::string NeverFits(const JobCtx& c) {
     // Cached for jobs without excluded nodes only: exclusions change the answer.
-    const Key& key = c.shape_key;
-    if (c.excluded.empty()) {
-      if (auto it = never_.find(key); it != never_.end()) return it->second;
-    }
+    if (c.excluded.empty() && shapes_[c.shape].never_known) return shapes_[c.shape].never;
     const Shape& s = c.req.shape;
     const PendingJob& job = *c.job;
     const TopologySpec& topo = c.req.topology;
@@ -715,14 +735,29 @@ class Pass {
               " (hard constraint); the largest holds " + std::to_string(most) + excluding;
       }
     }
-    if (c.excluded.empty()) never_[key] = why;
+    if (c.excluded.empty()) {
+      shapes_[c.shape].never = why;
+      shapes_[c.shape].never_known = true;
+    }
     return why;
   }
 
-  static Key ShapeKey(const JobCtx& c) {
+  // Jobs of one shape (resources per replica, replicas, topology) share what the pass
+  // learns about it: whether it could ever fit, whether it fits now, the reason text.
+  struct ShapeInfo {
+    bool never_known = false;
+    bool misfit = false;
+    std::string never;  // why it can never fit; empty when it can
+    std::array<int64_t, 2> reason_version{-1, -1};
+    std::array<std::string, 2> reason;  // without and with the deferred-search note
+  };
+  int InternShape(const JobCtx& c) {
     const Shape& s = c.req.shape;
-    return Key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, c.req.max_replicas,
-                TopologyCode(c.req.topology)}};
+    const Key key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, c.req.max_replicas,
+                   TopologyCode(c.req.topology)}};
+    auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<int>(shapes_.size()));
+    if (inserted) shapes_.emplace_back();
+    return it->second;
   }
 
   std::string TypeList() const {
@@ -744,7 +779,8 @@ class Pass {
   Claims claimed_;
   int64_t version_ = 0;       // bumped whenever free capacity changes
   std::vector<JobCtx> ctxs_;  // admitted jobs
-  std::unordered_map<Key, std::pair<int64_t, std::string>, KeyHash> reasons_;
+  std::unordered_map<Key, int, KeyHash> shape_ids_;
+  std::vector<ShapeInfo> shapes_;
   std::vector<NodeClass> classes_;
   std::vector<int> class_of_;  // node -> class
   bool classes_built_ = false;
@@ -759,7 +795,6 @@ class Pass {
   std::vector<int> running_queue_;
   std::optional<VictimPool> pool_;  // built on the first victim search of the pass
   std::vector<VictimUse> use_;      // per pool victim, for the current search
-  std::unordered_map<Key, std::string, KeyHash> never_;
   int reservations_made_ = 0;
   int searches_ = 0;               // victim searches so far in this pass
   bool search_limit_hit_ = false;  // the job considered now skipped its victim search
