@@ -37,12 +37,18 @@ Resources Node::Capacity() const {
   r.gpus = static_cast<int64_t>(gpus.size());
   if (!gpus.empty()) {
     r.gpu_type = gpus.front().model;
-    r.gpu_memory_bytes = gpus.front().memory_bytes;
-    for (const auto& g : gpus) r.gpu_memory_bytes = std::min(r.gpu_memory_bytes, g.memory_bytes);
+    r.gpu_memory_bytes = GpuMemoryBytes();
   }
   r.milli_cpus = milli_cpus;
   r.memory_bytes = memory_bytes;
   return r;
+}
+
+int64_t Node::GpuMemoryBytes() const {
+  if (gpus.empty()) return 0;
+  int64_t least = gpus.front().memory_bytes;
+  for (const auto& g : gpus) least = std::min(least, g.memory_bytes);
+  return least;
 }
 
 Status ValidateNode(const Node& node) {

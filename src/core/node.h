@@ -62,6 +62,8 @@ struct Node {
   // Capacity as a Resources value; gpu_type/gpu_memory from the first GPU (nodes
   // are homogeneous in GPU model; Validate enforces it).
   Resources Capacity() const;
+  // The smallest GPU's memory (what a replica can count on per GPU); 0 without GPUs.
+  int64_t GpuMemoryBytes() const;
 
   bool operator==(const Node&) const = default;
 };

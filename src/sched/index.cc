@@ -14,9 +14,20 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::unordered_map<std::string, int32_t> nvlink_ids;
   nvlink_ids.reserve(snapshot.nodes.size() * 2);
   // Intern in sorted order so that the index does not depend on node order.
-  for (const Node& n : snapshot.nodes) {
-    if (!n.gpus.empty()) types.emplace(NormalizeGpuType(n.gpus.front().model), 0);
-    leaves.emplace(n.topology.leaf, 0);
+  {
+    // Neighbours mostly share a model and a leaf: skip the maps when they repeat.
+    const std::string* model = nullptr;
+    const std::string* leaf = nullptr;
+    for (const Node& n : snapshot.nodes) {
+      if (!n.gpus.empty() && (model == nullptr || *model != n.gpus.front().model)) {
+        model = &n.gpus.front().model;
+        types.emplace(NormalizeGpuType(*model), 0);
+      }
+      if (leaf == nullptr || *leaf != n.topology.leaf) {
+        leaf = &n.topology.leaf;
+        leaves.emplace(*leaf, 0);
+      }
+    }
   }
   for (auto& [name, id] : types) {
     id = static_cast<int16_t>(type_names_.size());
@@ -41,11 +52,15 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   // the same decisions.
   std::vector<int32_t> by_name(snapshot.nodes.size());
   for (size_t i = 0; i < by_name.size(); ++i) by_name[i] = static_cast<int32_t>(i);
-  std::sort(by_name.begin(), by_name.end(), [&](int32_t a, int32_t b) {
+  auto name_order = [&](int32_t a, int32_t b) {
     const std::string& na = snapshot.nodes[a].name;
     const std::string& nb = snapshot.nodes[b].name;
     return na != nb ? na < nb : a < b;
-  });
+  };
+  // Callers usually list nodes by name already; checking is far cheaper than sorting.
+  if (!std::is_sorted(by_name.begin(), by_name.end(), name_order)) {
+    std::sort(by_name.begin(), by_name.end(), name_order);
+  }
   for (size_t k = 0; k < snapshot.nodes.size(); ++k) {
     const int32_t i = by_name[k];
     const Node& n = snapshot.nodes[i];
@@ -64,7 +79,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         last_type = types[NormalizeGpuType(n.gpus.front().model)];
       }
       s.type = last_type;
-      s.gpu_memory = n.Capacity().gpu_memory_bytes;
+      s.gpu_memory = n.GpuMemoryBytes();
     }
     bool identity = true;
     for (int g = 0; g < s.gpu_count; ++g) identity = identity && n.gpus[g].index == g;
@@ -79,8 +94,11 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       if (domain.empty()) continue;
       if (last_domain == nullptr || *last_domain != domain) {
         last_domain = &domain;
-        last_domain_id =
-            nvlink_ids.emplace(domain, static_cast<int32_t>(nvlink_ids.size())).first->second;
+        auto it = nvlink_ids.find(domain);
+        if (it == nvlink_ids.end()) {
+          it = nvlink_ids.emplace(domain, static_cast<int32_t>(nvlink_ids.size())).first;
+        }
+        last_domain_id = it->second;
       }
       auto pos = std::find(s.nvlink_ids.begin(), s.nvlink_ids.end(), last_domain_id);
       if (pos == s.nvlink_ids.end()) {
