@@ -11,6 +11,7 @@
 
 #include "core/names.h"
 #include "core/units.h"
+#include "core/yaml_text.h"
 
 namespace trainyard {
 namespace {
@@ -581,14 +582,13 @@ SpecParseResult ParseSpec(std::string_view text, std::string_view file) {
 
   JobSpec spec;
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+    YamlText yaml = LoadYamlText(text);
+    if (yaml.documents == 0 || (yaml.documents == 1 && yaml.first.IsNull())) {
       reader.ErrorAtLine(0, "", "spec is empty; a job needs at least name and command");
-    } else if (docs.size() > 1) {
-      reader.ErrorAtLine(
-          0, "", "holds " + std::to_string(docs.size()) + " YAML documents; give one job per file");
+    } else if (yaml.documents > 1) {
+      reader.ErrorAtLine(0, "", "holds " + DocumentCount(yaml) + "; give one job per file");
     } else {
-      reader.Read(docs[0], spec);
+      reader.Read(yaml.first, spec);
     }
   } catch (const YAML::Exception& e) {
     int line = e.mark.is_null() ? 0 : e.mark.line + 1;

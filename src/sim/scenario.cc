@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/names.h"
+#include "core/yaml_text.h"
 
 namespace trainyard::sim {
 namespace {
@@ -932,15 +933,14 @@ void ReadOneDocument(std::string_view text, std::string_view what, std::string_v
     return;
   }
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+    YamlText yaml = LoadYamlText(text);
+    if (yaml.documents == 0 || (yaml.documents == 1 && yaml.first.IsNull())) {
       reader.ErrorAtLine(0, "", kind + " is empty; it needs " + std::string(needs));
-    } else if (docs.size() > 1) {
+    } else if (yaml.documents > 1) {
       reader.ErrorAtLine(0, "",
-                         "holds " + std::to_string(docs.size()) + " YAML documents; give one " +
-                             kind + " per file");
+                         "holds " + DocumentCount(yaml) + "; give one " + kind + " per file");
     } else {
-      read(docs[0]);
+      read(yaml.first);
     }
   } catch (const YAML::Exception& e) {
     reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + e.msg);
