@@ -4,6 +4,7 @@
 #   make test    setup, build (debug + ASan/UBSan), run every test suite
 #   make up      setup, release build, start what Trainyard can run locally
 #   make bench   setup, release build, run the benchmarks in bench/
+#   make fuzz    setup, clang build of fuzz/, run each fuzzer FUZZ_SECONDS (default 300)
 #   make format  clang-format every C++ file
 
 JOBS     ?= $(shell nproc)
@@ -11,9 +12,11 @@ WERROR   ?= OFF
 BUILD    ?= build
 ASAN     ?= build-asan
 RELEASE  ?= build-release
+FUZZ     ?= build-fuzz
+FUZZ_SECONDS ?= 300
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build build-asan build-release test test-all test-asan up bench format clean
+.PHONY: all setup build build-asan build-release build-fuzz test test-all test-asan test-fuzz up bench fuzz format clean
 
 all: build
 
@@ -29,6 +32,11 @@ $(ASAN)/CMakeCache.txt:
 $(RELEASE)/CMakeCache.txt:
 	cmake -S . -B $(RELEASE) -DCMAKE_BUILD_TYPE=Release -DTRAINYARD_WERROR=$(WERROR) -DTRAINYARD_BENCH=ON $(CMAKE_FLAGS)
 
+# The fuzzers: clang, coverage instrumentation, ASan + UBSan, -O1 (fuzz/CMakeLists.txt).
+$(FUZZ)/CMakeCache.txt:
+	cmake -S . -B $(FUZZ) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+	  -DCMAKE_CXX_COMPILER=clang++ -DTRAINYARD_FUZZ=ON -DTRAINYARD_BENCH=OFF $(CMAKE_FLAGS)
+
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
@@ -38,8 +46,12 @@ build-asan: setup $(ASAN)/CMakeCache.txt
 build-release: setup $(RELEASE)/CMakeCache.txt
 	cmake --build $(RELEASE) -j $(JOBS)
 
-# Every suite in the debug build, then the unit suites again under ASan + UBSan.
-test: test-all test-asan
+build-fuzz: setup $(FUZZ)/CMakeCache.txt
+	cmake --build $(FUZZ) --target fuzzers -j $(JOBS)
+
+# Every suite in the debug build, the unit suites again under ASan + UBSan, and a
+# short, fixed-seed run of each fuzzer.
+test: test-all test-asan test-fuzz
 
 test-all: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --no-tests=error
@@ -47,6 +59,19 @@ test-all: build
 test-asan: build-asan
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest -j $(JOBS) -L unit --output-on-failure --no-tests=error
+
+# A fixed number of executions from a fixed seed per fuzzer (deterministic).
+test-fuzz: build-fuzz
+	cd $(FUZZ) && ctest -j $(JOBS) -L fuzz --output-on-failure --no-tests=error
+
+# Each fuzzer for FUZZ_SECONDS from a random seed; findings are kept in
+# $(FUZZ)/fuzz/work/<fuzzer>/findings and fail the run.
+fuzz: build-fuzz
+	@for f in fuzz_job_spec fuzz_sbatch fuzz_api_request fuzz_metrics_jsonl; do \
+	  echo "== $$f ($(FUZZ_SECONDS) s)"; \
+	  fuzz/run.sh $(FUZZ)/fuzz/$$f fuzz/corpus/$$f $(FUZZ)/fuzz/work/$$f \
+	    -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
 
 up: build-release
 	@scripts/up $(RELEASE)
@@ -58,4 +83,4 @@ format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN) $(RELEASE)
+	rm -rf $(BUILD) $(ASAN) $(RELEASE) $(FUZZ)

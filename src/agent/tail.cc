@@ -67,7 +67,15 @@ Result<MetricsBatch> ReadMetricsLines(const std::string& path, int64_t offset, i
       pos += static_cast<int64_t>(more.size());
     }
   }
-  std::string_view complete(buf.data(), last_nl + 1);
+  return ParseMetricsLines(std::string_view(buf.data(), last_nl + 1), offset);
+}
+
+MetricsBatch ParseMetricsLines(std::string_view text, int64_t offset) {
+  MetricsBatch batch;
+  batch.offset = offset;
+  const size_t last_nl = text.rfind('\n');
+  const std::string_view complete =
+      last_nl == std::string_view::npos ? std::string_view() : text.substr(0, last_nl + 1);
   size_t start = 0;
   while (start < complete.size()) {
     size_t nl = complete.find('\n', start);

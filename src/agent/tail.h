@@ -37,6 +37,11 @@ struct MetricsBatch {
 Result<MetricsBatch> ReadMetricsLines(const std::string& path, int64_t offset,
                                       int64_t max_bytes = kMaxShipBytes);
 
+// The complete lines of `text` (read from a metrics file at `offset`): blank lines
+// skipped, lines that are not JSON objects counted invalid, a trailing line without
+// its newline left out (end_offset stops before it). No I/O; ReadMetricsLines uses it.
+MetricsBatch ParseMetricsLines(std::string_view text, int64_t offset);
+
 // Standard base64 with padding.
 std::string Base64Encode(std::string_view bytes);
 

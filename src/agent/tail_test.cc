@@ -77,6 +77,23 @@ TEST_F(TailTest, MetricsLineLongerThanARequestIsSkipped) {
   ASSERT_EQ(next->lines.size(), 1u);
 }
 
+TEST(ParseMetricsLinesTest, CompleteLinesOnlyWithOffsets) {
+  const std::string text = "{\"step\": 1}\n\n  \nnot json\n[1,2]\n{\"step\": 2}\n{\"step\"";
+  MetricsBatch b = ParseMetricsLines(text, 100);
+  EXPECT_EQ(b.offset, 100);
+  ASSERT_EQ(b.lines.size(), 2u);
+  EXPECT_EQ(b.lines[1]["step"], 2);
+  EXPECT_EQ(b.invalid, 2);  // "not json" and the array
+  EXPECT_EQ(b.end_offset, 100 + static_cast<int64_t>(text.rfind('\n')) + 1);
+}
+
+TEST(ParseMetricsLinesTest, NoNewlineConsumesNothing) {
+  MetricsBatch b = ParseMetricsLines("{\"step\": 1}", 7);
+  EXPECT_TRUE(b.lines.empty());
+  EXPECT_EQ(b.invalid, 0);
+  EXPECT_EQ(b.end_offset, 7);
+}
+
 TEST(Base64Test, EncodesWithPadding) {
   EXPECT_EQ(Base64Encode(""), "");
   EXPECT_EQ(Base64Encode("f"), "Zg==");

@@ -257,7 +257,9 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
     }
   }
 
-  for (const auto& [set_cost, chosen] : best.sets()) {
+  for (const auto& set : best.sets()) {
+    const double set_cost = set.first;
+    const std::vector<int>& chosen = set.second;  // clang 14 lambdas cannot capture bindings
     auto release = [&](bool give) {
       for (int v : chosen) {
         const RunningJob& job = snap.running[pool.running(v)];

@@ -592,10 +592,12 @@ void InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs, ApiOpti
     if (!n.ok()) return SendError(res, n.status());
     SendJson(res, 200, RenderNode(*n));
   });
-  for (const auto& [verb, state] :
+  for (const auto& action :
        std::vector<std::pair<std::string, NodeState>>{{"cordon", NodeState::kCordoned},
                                                       {"drain", NodeState::kDraining},
                                                       {"uncordon", NodeState::kReady}}) {
+    const std::string& verb = action.first;
+    const NodeState state = action.second;  // a variable: clang 14 cannot capture bindings
     http.Post(v1 + R"(/nodes/([^/]+)/)" + verb,
               [&cluster, user, state](const Request& req, Response& res) {
                 const std::string name = req.matches[1].str();
