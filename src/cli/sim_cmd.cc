@@ -199,6 +199,7 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
   base.load_factor = options.load_factor;
   base.seed = options.seed;
   base.gpu_mtbf_hours = options.gpu_mtbf_hours;
+  base.time_limit_factor = options.time_limit_factor;
   struct DurationFlag {
     const char* flag;
     const std::string* text;
@@ -302,6 +303,10 @@ void AddSimCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostrea
   cmd->add_option("--report", o->report_dir, "Also write per-job CSV and PNG plots into DIR");
   cmd->add_option("--seed", o->seed, "Seed for failure injection")->capture_default_str();
   cmd->add_option("--mtbf-hours", o->gpu_mtbf_hours, "Per-GPU mean time between failures (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--time-limit-factor", o->time_limit_factor,
+                  "Give jobs without a time limit one of X times their duration, so that\n"
+                  "backfill can plan reservations (X >= 1; 0: none)")
       ->capture_default_str();
   cmd->add_option("--checkpoint-interval", o->checkpoint_interval,
                   "For jobs whose trace gives none")

@@ -29,6 +29,7 @@ struct SimCommandOptions {
   std::string report_dir;
   uint64_t seed = 1;
   double gpu_mtbf_hours = 0;
+  double time_limit_factor = 0;  // 0: trace jobs without a limit keep none
   std::string checkpoint_interval = "30m";
   std::string schedule_interval = "10s";
   std::string preempt_grace = "60s";

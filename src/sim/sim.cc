@@ -280,7 +280,7 @@ class Simulator {
     p.topology = t.topology;
     p.submit_time = Timestamp(j.submit);
     p.eligible_time = Timestamp(j.submit);
-    p.time_limit = t.time_limit;
+    p.time_limit = TimeLimit(j);
     p.attained_service = Duration(j.saved.count() * std::max<int64_t>(j.gpus * t.replicas, 1));
     return p;
   }
@@ -396,8 +396,16 @@ class Simulator {
     r.per_replica.memory_bytes = j.trace->memory_bytes;
     r.replicas = j.placements;
     r.start_time = Timestamp(now_);
-    r.time_limit = j.trace->time_limit;
+    r.time_limit = TimeLimit(j);
     InsertRunning(std::move(r), i);
+  }
+
+  // The job's time limit as the scheduler sees it: the trace's, or an estimate.
+  Duration TimeLimit(const SimJob& j) const {
+    const TraceJob& t = *j.trace;
+    if (t.time_limit.count() > 0 || opt_.time_limit_factor <= 0) return t.time_limit;
+    const double ms = std::ceil(static_cast<double>(t.duration.count()) * opt_.time_limit_factor);
+    return std::max(Duration(1'000), Duration(static_cast<int64_t>(ms)));
   }
 
   Duration Progress(const SimJob& j) const {
@@ -540,15 +548,19 @@ class Simulator {
         if (it != running_owner_.end()) r.priority = LasPriority(Attained(jobs_[it->second]));
       }
     }
-    for (auto& r : snap_.running) {
-      auto it = running_owner_.find(r.id);
-      if (it == running_owner_.end() || entry_.mode == Mode::kPods) continue;
-      const SimJob& j = jobs_[it->second];
-      if (j.checkpoint_interval.count() > 0 && now_ > j.productive_from) {
-        Duration ran = now_ - j.productive_from;
-        Duration k =
-            Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
-        if (k.count() > 0) r.last_checkpoint = Timestamp(j.productive_from + k);
+    // Checkpoints only matter to the cost of preempting a job: without preemption
+    // the pass never reads them.
+    if (entry_.policy.preemption != "none" && entry_.mode != Mode::kPods) {
+      for (auto& r : snap_.running) {
+        auto it = running_owner_.find(r.id);
+        if (it == running_owner_.end()) continue;
+        const SimJob& j = jobs_[it->second];
+        if (j.checkpoint_interval.count() > 0 && now_ > j.productive_from) {
+          Duration ran = now_ - j.productive_from;
+          Duration k =
+              Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
+          if (k.count() > 0) r.last_checkpoint = Timestamp(j.productive_from + k);
+        }
       }
     }
     ++passes_;
@@ -770,6 +782,13 @@ Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
   }
   if (options.gpu_mtbf_hours < 0 || !std::isfinite(options.gpu_mtbf_hours)) {
     return InvalidArgument("gpu_mtbf_hours: must be >= 0");
+  }
+  if (!std::isfinite(options.time_limit_factor) ||
+      (options.time_limit_factor != 0 && !(options.time_limit_factor >= 1))) {
+    return InvalidArgument(
+        "--time-limit-factor: must be 0 (no limits) or >= 1 (limits are never hit: the "
+        "simulator does not stop jobs at them), got " +
+        FormatNumber(options.time_limit_factor));
   }
   if (cluster.nodes.empty()) return InvalidArgument("cluster: has no nodes");
   for (const TraceJob& j : trace.jobs) {

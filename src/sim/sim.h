@@ -49,6 +49,11 @@ struct SimOptions {
   double gpu_mtbf_hours = 0;                        // per-GPU mean time between failures; 0: none
   Duration node_repair{3'600'000};                  // a failed node comes back after this
   uint64_t seed = 1;
+  // Jobs whose trace gives no time limit get one of this many times their duration
+  // (a user's estimate), so that backfill can plan reservations around them; 0: none
+  // (such jobs never end as far as planning knows). Planning only: no job is
+  // stopped at its limit, so values below 1 are refused.
+  double time_limit_factor = 0;
   Duration sample_interval{0};  // time series resolution; 0: automatic
   // Called now and then with (virtual time reached, trace end estimate), for a
   // progress bar. May be empty.

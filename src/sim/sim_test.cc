@@ -116,6 +116,31 @@ TEST(SimTest, LoadFactorCompressesArrivals) {
   EXPECT_EQ(r->jobs[1].first_start, minutes(10));
 }
 
+// Without time limits backfill cannot plan when a blocked gang could start, so a
+// later small job takes the GPUs it waits for; with estimated limits the gang gets
+// a reservation and the small job waits behind it.
+TEST(SimTest, TimeLimitFactorLetsBackfillReserveForABlockedGang) {
+  ClusterSpec c = Cluster(1, 8);
+  Trace t;
+  t.jobs.push_back(Job("small0", seconds(0), 1, 4, hours(2)));
+  t.jobs.push_back(Job("big", minutes(1), 1, 8, hours(1)));
+  t.jobs.push_back(Job("small1", minutes(2), 1, 4, hours(2)));
+  SimOptions o;
+  auto plain = Simulate(t, c, o);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->jobs[2].first_start, minutes(2));
+  EXPECT_EQ(plain->jobs[1].first_start, hours(2) + minutes(2));
+  o.time_limit_factor = 1;
+  auto limited = Simulate(t, c, o);
+  ASSERT_TRUE(limited.ok()) << limited.status().ToString();
+  EXPECT_EQ(limited->jobs[1].first_start, hours(2));
+  EXPECT_EQ(limited->jobs[2].first_start, hours(3));
+  o.time_limit_factor = 0.5;  // limits would be hit, and the simulator does not stop jobs
+  auto bad = Simulate(t, c, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("--time-limit-factor"));
+}
+
 TEST(SimTest, RejectsBadOptions) {
   SimOptions o;
   o.policy = "trainyrd";
