@@ -200,6 +200,7 @@ TEST(SpecCodecTest, RejectsManyBadInputs) {
       {",", "not valid YAML: unexpected text after the end of a document"},
       {"name: t\ncommand: [x]\n]\n", "not valid YAML"},
       {"{name: t, command: [x]}\n}\n", "not valid YAML"},
+      {"name: " + std::string(5000, '[') + std::string(5000, ']') + "\n", "levels deep"},
       {"{name: t, command: [x], labels: {\"a b\": c}}", "labels: label keys may hold only"},
   };
   for (const auto& c : cases) {

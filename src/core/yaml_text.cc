@@ -1,5 +1,6 @@
 #include "core/yaml_text.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 
 #include <sstream>
@@ -39,9 +40,7 @@ class DocumentCounter : public YAML::EventHandler {
   YAML::Mark last_ = YAML::Mark::null_mark();
 };
 
-}  // namespace
-
-YamlText LoadYamlText(std::string_view text) {
+YamlText LoadUnguarded(std::string_view text) {
   const std::string copy(text);
   YamlText out;
   {
@@ -57,6 +56,18 @@ YamlText LoadYamlText(std::string_view text) {
   }
   if (out.documents > 0) out.first = YAML::Load(copy);
   return out;
+}
+
+}  // namespace
+
+YamlText LoadYamlText(std::string_view text) {
+  try {
+    return LoadUnguarded(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message for this is only "bad file".
+    throw YAML::ParserException(
+        e.mark, "nested more than " + std::to_string(e.depth() - 1) + " levels deep");
+  }
 }
 
 std::string DocumentCount(const YamlText& yaml) {
