@@ -40,7 +40,6 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   if (leaf_names_.empty()) leaf_names_.push_back("");
 
   slots_.resize(snapshot.nodes.size());
-  node_by_name_.reserve(snapshot.nodes.size());
   identity_indices_.assign(snapshot.nodes.size(), false);
   // Neighbouring nodes mostly share a leaf and a GPU model: remember the last lookup.
   const std::string* last_leaf = nullptr;
@@ -108,7 +107,6 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       }
       s.nvlink_masks[pos - s.nvlink_ids.begin()] |= uint64_t{1} << g;
     }
-    node_by_name_.emplace(std::string_view(n.name), static_cast<int32_t>(k));
   }
 
   // Subtract what running jobs hold, and remember where they hold it.
@@ -120,8 +118,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     for (const Placement& p : job.replicas) {
       if (last_node == nullptr || *last_node != p.node) {
         last_node = &p.node;
-        auto it = node_by_name_.find(p.node);
-        last_id = it == node_by_name_.end() ? -1 : it->second;
+        last_id = NodeByName(p.node);
       }
       if (last_id < 0) continue;
       NodeSlot& s = slots_[last_id];
@@ -137,7 +134,12 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   free_by_type_.assign(type_names_.size(), 0);
   nodes_by_type_free_.assign(type_names_.size() * 65, 0);
   total_by_type_.assign(type_names_.size(), 0);
-  buckets_.assign(type_names_.size() * leaf_names_.size() * 65, {});
+  // One bucket per possible free count: up to the largest node's GPUs, not 64, so
+  // that a cluster of many leaves does not allocate thousands of empty buckets.
+  int most_gpus = 0;
+  for (const NodeSlot& s : slots_) most_gpus = std::max(most_gpus, s.gpu_count);
+  bucket_stride_ = most_gpus + 1;
+  buckets_.assign(type_names_.size() * leaf_names_.size() * bucket_stride_, {});
   bucket_pos_.assign(slots_.size(), -1);
   for (size_t i = 0; i < slots_.size(); ++i) {
     NodeSlot& s = slots_[i];
@@ -156,9 +158,14 @@ int16_t NodeIndex::TypeOf(const std::string& gpu_type) const {
   return -1;
 }
 
+// Slots are in name order: a binary search, with no map to build per pass. The
+// first of equal names wins, as everywhere else.
 int NodeIndex::NodeByName(const std::string& name) const {
-  auto it = node_by_name_.find(name);
-  return it == node_by_name_.end() ? -1 : it->second;
+  auto it = std::lower_bound(
+      slots_.begin(), slots_.end(), name,
+      [&](const NodeSlot& s, const std::string& n) { return snapshot_.nodes[s.node].name < n; });
+  if (it == slots_.end() || snapshot_.nodes[it->node].name != name) return -1;
+  return static_cast<int>(it - slots_.begin());
 }
 
 uint64_t NodeIndex::MaskOf(int n, const std::vector<int>& gpu_indices) const {
@@ -218,7 +225,7 @@ int64_t NodeIndex::LeafReplicaBound(int type, int leaf, int gpus) const {
 }
 
 const std::vector<int32_t>& NodeIndex::Bucket(int type, int leaf, int free) const {
-  if (type < 0 || free < 0 || free > 64) return kEmpty;
+  if (type < 0 || free < 0 || free >= bucket_stride_) return kEmpty;
   return buckets_[BucketKey(type, leaf, free)];
 }
 

@@ -113,7 +113,7 @@ class NodeIndex {
   void Unbucket(int n);
   void Rebucket(int n);
   size_t BucketKey(int type, int leaf, int free) const {
-    return (static_cast<size_t>(type) * leaf_names_.size() + leaf) * 65 + free;
+    return (static_cast<size_t>(type) * leaf_names_.size() + leaf) * bucket_stride_ + free;
   }
 
   const Snapshot& snapshot_;
@@ -121,8 +121,8 @@ class NodeIndex {
   std::vector<std::string> type_names_;
   std::vector<std::string> leaf_names_;
   // Keys view the snapshot's node names, which outlive the index.
-  std::unordered_map<std::string_view, int32_t> node_by_name_;
   std::vector<std::vector<int32_t>> buckets_;  // BucketKey -> nodes (schedulable only)
+  int bucket_stride_ = 65;                     // 1 + the most GPUs on one node
   std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
   std::set<int32_t> reserved_nodes_;
   std::vector<int64_t> free_by_type_;

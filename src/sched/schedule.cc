@@ -542,39 +542,57 @@ class Pass {
     int64_t gpu_memory, cpu, mem;
     int max_domain;
     int64_t count = 0;
-    std::map<int, int64_t> per_leaf;
+    std::vector<std::pair<int, int64_t>> per_leaf;  // (leaf, nodes), ascending leaf
   };
   void BuildClasses() {
     if (classes_built_) return;
     classes_built_ = true;
-    std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int>, int> key_to_class;
-    std::unordered_map<int32_t, int> domain_nodes;
+    using ClassKey = std::tuple<int, int, int64_t, int64_t, int64_t, int>;
+    std::map<ClassKey, int> key_to_class;
+    std::vector<int> domain_nodes;  // by interned domain id (dense from 0)
+    const int leaves = index_.LeafCount();
+    std::vector<int64_t> leaf_count;  // class * leaves + leaf
     class_of_.assign(index_.NodeCount(), -1);
+    // Neighbouring nodes are mostly of one class: skip the map when the key repeats.
+    ClassKey last_key{};
+    int last_class = -1;
     for (int n = 0; n < index_.NodeCount(); ++n) {
       const NodeSlot& slot = index_.slot(n);
       const Node& node = snap_.nodes[slot.node];
       int max_domain = 0;
       for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
         max_domain = std::max(max_domain, __builtin_popcountll(slot.nvlink_masks[d]));
-        if (++domain_nodes[slot.nvlink_ids[d]] > 1) shared_domains_ = true;
+        const size_t id = static_cast<size_t>(slot.nvlink_ids[d]);
+        if (id >= domain_nodes.size()) domain_nodes.resize(id + 1, 0);
+        if (++domain_nodes[id] > 1) shared_domains_ = true;
       }
-      auto key = std::make_tuple(static_cast<int>(slot.type), slot.gpu_count, slot.gpu_memory,
-                                 node.milli_cpus, node.memory_bytes, max_domain);
-      auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
-      if (inserted) {
-        classes_.push_back(NodeClass{slot.type,
-                                     slot.gpu_count,
-                                     slot.gpu_memory,
-                                     node.milli_cpus,
-                                     node.memory_bytes,
-                                     max_domain,
-                                     0,
-                                     {}});
+      const ClassKey key{
+          static_cast<int>(slot.type), slot.gpu_count, slot.gpu_memory, node.milli_cpus,
+          node.memory_bytes,           max_domain};
+      if (last_class < 0 || key != last_key) {
+        auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
+        if (inserted) {
+          classes_.push_back(NodeClass{slot.type,
+                                       slot.gpu_count,
+                                       slot.gpu_memory,
+                                       node.milli_cpus,
+                                       node.memory_bytes,
+                                       max_domain,
+                                       0,
+                                       {}});
+          leaf_count.resize(classes_.size() * leaves, 0);
+        }
+        last_key = key;
+        last_class = it->second;
       }
-      NodeClass& cls = classes_[it->second];
-      ++cls.count;
-      ++cls.per_leaf[slot.leaf];
-      class_of_[n] = it->second;
+      ++classes_[last_class].count;
+      ++leaf_count[static_cast<size_t>(last_class) * leaves + slot.leaf];
+      class_of_[n] = last_class;
+    }
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      for (int l = 0; l < leaves; ++l) {
+        if (int64_t c = leaf_count[k * leaves + l]; c > 0) classes_[k].per_leaf.emplace_back(l, c);
+      }
     }
   }
 
@@ -597,7 +615,7 @@ class Pass {
     std::map<std::pair<int, int>, int64_t> excluded;
     for (int32_t n : c.excluded) ++excluded[{class_of_[n], index_.slot(n).leaf}];
     EmptyCapacity cap;
-    std::map<int, int64_t> per_leaf;
+    std::vector<int64_t> per_leaf(index_.LeafCount(), 0);
     for (size_t k = 0; k < classes_.size(); ++k) {
       const NodeClass& cls = classes_[k];
       const int64_t fit = ClassFit(cls, s, type);
@@ -618,7 +636,7 @@ class Pass {
         cap.best_domain =
             std::max(cap.best_domain, std::min<int64_t>(fit, cls.max_domain / s.gpus));
     }
-    for (const auto& [l, v] : per_leaf) cap.best_leaf = std::max(cap.best_leaf, v);
+    for (int64_t v : per_leaf) cap.best_leaf = std::max(cap.best_leaf, v);
     if (shared_domains_ && s.gpus > 0) cap.best_domain = DomainCapacityByNodes(c, type);
     return cap;
   }
