@@ -11,8 +11,16 @@ const std::vector<int32_t> kEmpty;
 
 NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::map<std::string, int16_t> types, leaves;
-  std::unordered_map<std::string, int32_t> nvlink_ids;
+  std::unordered_map<std::string_view, int32_t> nvlink_ids;  // views into the snapshot
   nvlink_ids.reserve(snapshot.nodes.size() * 2);
+  // Model strings as nodes spell them, each normalised once (clusters have a few).
+  std::vector<std::pair<std::string_view, std::string>> models;
+  auto normalized = [&](const std::string& model) -> const std::string& {
+    for (const auto& [spelled, norm] : models) {
+      if (spelled == model) return norm;
+    }
+    return models.emplace_back(model, NormalizeGpuType(model)).second;
+  };
   // Intern in sorted order so that the index does not depend on node order.
   {
     // Neighbours mostly share a model and a leaf: skip the maps when they repeat.
@@ -21,7 +29,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     for (const Node& n : snapshot.nodes) {
       if (!n.gpus.empty() && (model == nullptr || *model != n.gpus.front().model)) {
         model = &n.gpus.front().model;
-        types.emplace(NormalizeGpuType(*model), 0);
+        types.emplace(normalized(*model), 0);
       }
       if (leaf == nullptr || *leaf != n.topology.leaf) {
         leaf = &n.topology.leaf;
@@ -75,7 +83,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     if (s.gpu_count > 0) {
       if (last_model == nullptr || *last_model != n.gpus.front().model) {
         last_model = &n.gpus.front().model;
-        last_type = types[NormalizeGpuType(n.gpus.front().model)];
+        last_type = types[normalized(n.gpus.front().model)];
       }
       s.type = last_type;
       s.gpu_memory = n.GpuMemoryBytes();

@@ -42,7 +42,11 @@ QuotaState::QuotaState(const Snapshot& snapshot) {
     }
   }
   used_.assign(queues_.size(), Resources{});
-  for (const Node& n : snapshot.nodes) cluster_ = trainyard::Add(cluster_, n.Capacity());
+  for (const Node& n : snapshot.nodes) {  // what Add(cluster_, n.Capacity()) sums, without copies
+    cluster_.gpus = SaturatingAdd(cluster_.gpus, static_cast<int64_t>(n.gpus.size()));
+    cluster_.milli_cpus = SaturatingAdd(cluster_.milli_cpus, n.milli_cpus);
+    cluster_.memory_bytes = SaturatingAdd(cluster_.memory_bytes, n.memory_bytes);
+  }
   for (const auto& j : snapshot.running) {
     int q = Find(j.tenant, j.queue);
     if (q >= 0) Add(q, Scale(j.per_replica, static_cast<int64_t>(j.replicas.size())));
