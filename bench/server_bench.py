@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Control-plane speed on this machine (Python 3 standard library only).
 
-  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm] ...
+  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,heartbeat] ...
 
 Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
   submit   jobs/s acknowledged (201, committed with synchronous=FULL) over POST /jobs
@@ -14,11 +14,19 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
            `trainyard up` (4 x 8 GPUs); jobs/s from the first submission until all have
            finished, medians and their ratio. Skipped, saying why, when the Slurm peer
            (../shared/peers/slurm/slurm-peer) is not set up.
+  heartbeat --hb-agents simulated agents (asyncio, from --hb-procs processes) against one
+           `trainyard server`: each registers, keeps a long poll outstanding and
+           heartbeats every second with 8 GPUs of telemetry, each request on a new
+           connection, as `trainyard agent` does;
+           heartbeat round trip p50/p99/max over --hb-seconds, the server's CPU and RSS,
+           and the RSS of one real `trainyard agent --simulated-gpus 8` meanwhile.
 Every process it starts is stopped on exit. Unknown arguments (such as the
 --benchmark_min_time that scripts/bench passes) are ignored.
 """
 
 import argparse
+import asyncio
+import random
 import http.client
 import json
 import multiprocessing
@@ -99,9 +107,9 @@ def start(trainyard, args, data_dir, log):
     raise RuntimeError(f"{' '.join(args)} did not start: see {log}")
 
 
-def wait_nodes(url, n):
+def wait_nodes(url, n, tries=600):
     conn = connect(url)
-    for _ in range(600):
+    for _ in range(tries):
         nodes = json.loads(call(conn, "GET", "/api/v1/nodes")[1])["nodes"]
         if sum(1 for x in nodes if x["state"] == "Ready") >= n:
             return
@@ -250,10 +258,14 @@ def bench_latency(trainyard, work, jobs):
 # --- slurm comparison --------------------------------------------------------------------
 
 def run_trainyard_jobs(trainyard, url, spec_file, n):
+    """Submits the jobs the way `slurm-peer bench` submits Slurm's: one CLI process
+    each, one after the other, from a shell loop (not from Python, whose fork of a large
+    interpreter per call would be charged to us)."""
     t0 = time.monotonic()
-    for _ in range(n):
-        subprocess.run([trainyard, "submit", spec_file, "--server", url, "-o", "json"],
-                       check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["/bin/bash", "-c",
+                    'for i in $(seq 1 "$1"); do "$2" submit "$3" --server "$4" -o json >/dev/null '
+                    '|| echo "submit $i failed" >&2; done', "submit-loop", str(n), trainyard,
+                    spec_file, url], check=True)
     t1 = time.monotonic()
     wait_all_finished(url)
     t2 = time.monotonic()
@@ -307,16 +319,175 @@ def bench_slurm(trainyard, work, runs, n):
         stop(p, signal.SIGINT)
 
 
+# --- heartbeat ---------------------------------------------------------------------------
+
+async def _agent_post(host, port, token, path, body):
+    """One request the way `trainyard agent` makes it (cpp-httplib's client without
+    keep-alive): a new connection, `Connection: close`. Returns (status, body bytes)."""
+    data = json.dumps(body).encode()
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {token}\r\n"
+                     f"Connection: close\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        length = 0
+        for line in lines[1:]:
+            if line.lower().startswith("content-length:"):
+                length = int(line.split(":", 1)[1])
+        return int(lines[0].split()[1]), await reader.readexactly(length)
+    finally:
+        writer.close()
+
+
+def _hb_worker(host, port, token, proc, agents, seconds, warmup, out):
+    """One process: `agents` simulated agents on one asyncio loop."""
+
+    async def run():
+        lat, errors = [], [0]
+        gpus = [{"index": g, "uuid": f"GPU-{proc}-{g}", "memory_mib": 81920} for g in range(8)]
+        telemetry = [{"index": g, "util_pct": 0.0, "mem_used_mib": 0, "temp_c": 35.0,
+                      "power_w": 70.0, "sm_clock_mhz": 1980, "throttled": False,
+                      "ecc_uncorrectable": 0, "xid_last": 0, "xid_count": 0} for g in range(8)]
+        names = []
+
+        def post(path, body):
+            return _agent_post(host, port, token, path, body)
+
+        for i in range(agents):
+            name = f"sim-{proc}-{i}"
+            names.append(name)
+            status, data = await post("/api/v1/agent/register", {
+                "node": {"name": name, "address": "127.0.0.1", "gpu_type": "H100", "gpus": gpus,
+                         "cpus": 64, "memory_mib": 524288, "leaf": f"leaf-{i % 32}",
+                         "nvlink_domain": name, "simulated": True},
+                "tasks": []})
+            if status != 200:
+                raise RuntimeError(f"register {name}: HTTP {status}: {data[:200]}")
+        loop = asyncio.get_running_loop()
+        begin = loop.time() + warmup
+        end = begin + seconds
+        rng = random.Random(proc)  # fixed seed: the same phases every run
+
+        async def poller(name):
+            while loop.time() < end:
+                status, _ = await post("/api/v1/agent/poll", {"node": name, "wait_ms": 20000})
+                if status != 200:
+                    errors[0] += 1
+                    await asyncio.sleep(1)
+
+        async def heartbeater(name):
+            seq, t = 0, loop.time() + rng.random()
+            while t < end:
+                await asyncio.sleep(max(0.0, t - loop.time()))
+                seq += 1
+                a = loop.time()
+                status, _ = await post("/api/v1/agent/heartbeat", {
+                    "node": name, "seq": seq, "health": {"ok": True, "message": ""},
+                    "gpus": telemetry, "tasks": []})
+                if a >= begin:
+                    lat.append(loop.time() - a)
+                    if status != 200:
+                        errors[0] += 1
+                t += 1.0
+
+        polls = [asyncio.ensure_future(poller(n)) for n in names]
+        await asyncio.gather(*(heartbeater(n) for n in names))
+        for p in polls:
+            p.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+        return lat, errors[0]
+
+    try:
+        out.put(asyncio.run(run()))
+    except Exception as e:  # reported by the parent instead of leaving it waiting
+        out.put(([], f"{type(e).__name__}: {e}"))
+
+
+def _proc_cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_status(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return line.split()[1]
+    return "?"
+
+
+def bench_heartbeat(trainyard, work, agents, procs, seconds):
+    d = f"{work}/heartbeat"
+    p, url = start(trainyard, ["server"], d, f"{work}/heartbeat.log")
+    probe = None
+    try:
+        with open(f"{d}/join-token") as f:
+            token = f.read().strip()
+        u = urllib.parse.urlsplit(url)
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        per = agents // procs
+        warmup = 3.0
+        workers = [ctx.Process(target=_hb_worker,
+                               args=(u.hostname, u.port, token, i, per, seconds, warmup, out))
+                   for i in range(procs)]
+        for w in workers:
+            w.start()
+        wait_nodes(url, per * procs, tries=2400)  # each registration is one commit
+        # One real agent beside them, for its resident memory.
+        probe = subprocess.Popen([trainyard, "agent", "--server", url, "--join-token", token,
+                                  "--name", "rss-probe", "--data-dir", f"{d}/probe",
+                                  "--simulated-gpus", "8"],
+                                 stdout=open(f"{work}/probe.log", "w"), stderr=subprocess.STDOUT)
+        _children.append(probe)
+        time.sleep(warmup)
+        cpu0, t0 = _proc_cpu_s(p.pid), time.monotonic()
+        time.sleep(seconds)
+        cpu1, t1 = _proc_cpu_s(p.pid), time.monotonic()
+        agent_rss = (_proc_status(probe.pid, "VmRSS"), _proc_status(probe.pid, "VmHWM"))
+        server_rss, threads = _proc_status(p.pid, "VmRSS"), _proc_status(p.pid, "Threads")
+        res = [out.get() for _ in workers]
+        for w in workers:
+            w.join()
+        failed = [r[1] for r in res if isinstance(r[1], str)]
+        if failed:
+            raise RuntimeError(f"simulated agents failed: {failed}")
+        lat = [x for r in res for x in r[0]]
+        bad = sum(r[1] for r in res)
+        ready = sum(1 for x in json.loads(call(connect(url), "GET", "/api/v1/nodes")[1])["nodes"]
+                    if x["state"] == "Ready")
+        print(f"heartbeat: {per * procs} simulated agents ({procs} processes), 1 heartbeat/s each "
+              f"+ a long poll each, {seconds:.0f} s: {len(lat)} heartbeats "
+              f"({len(lat) / seconds:,.0f}/s), round trip p50 {pct(lat, 50) * 1e3:.1f} ms "
+              f"p99 {pct(lat, 99) * 1e3:.1f} ms max {max(lat) * 1e3:.1f} ms; errors {bad}; "
+              f"nodes Ready at the end {ready}; server CPU {(cpu1 - cpu0) / (t1 - t0) * 100:.0f}% "
+              f"of one core, RSS {int(server_rss) // 1024} MiB, {threads} threads; "
+              f"one real agent (8 simulated GPUs) RSS {int(agent_rss[0]) // 1024} MiB "
+              f"(peak {int(agent_rss[1]) // 1024} MiB)", flush=True)
+    finally:
+        if probe is not None:
+            stop(probe)
+        stop(p)
+
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainyard", default=os.path.join(os.getcwd(), "build-release", "trainyard"))
-    ap.add_argument("--only", default="submit,list,latency,slurm")
+    ap.add_argument("--only", default="submit,list,latency,slurm,heartbeat")
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--list-jobs", type=int, default=100_000)
     ap.add_argument("--latency-jobs", type=int, default=200)
     ap.add_argument("--slurm-runs", type=int, default=3)
     ap.add_argument("--slurm-jobs", type=int, default=1000)
+    ap.add_argument("--hb-agents", type=int, default=1000)
+    ap.add_argument("--hb-procs", type=int, default=2)
+    ap.add_argument("--hb-seconds", type=float, default=20)
     args, _ = ap.parse_known_args()
     trainyard = os.path.abspath(args.trainyard)
     if not os.access(trainyard, os.X_OK):
@@ -335,6 +506,11 @@ def main():
             bench_latency(trainyard, work, args.latency_jobs)
         if "slurm" in only:
             bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs)
+        if "heartbeat" in only:
+            try:
+                bench_heartbeat(trainyard, work, args.hb_agents, args.hb_procs, args.hb_seconds)
+            except RuntimeError as e:  # a figure too: at this many agents it does not hold up
+                print(f"heartbeat: {args.hb_agents} simulated agents: failed: {e}", flush=True)
     finally:
         stop_all()
         if not os.environ.get("KEEP"):

@@ -48,10 +48,12 @@ Agent::Agent(AgentOptions options, std::unique_ptr<GpuBackend> gpus)
   client_->set_connection_timeout(std::chrono::seconds(2));
   client_->set_read_timeout(std::chrono::seconds(10));
   client_->set_write_timeout(std::chrono::seconds(10));
+  client_->set_tcp_nodelay(true);  // else a request's body waits for a delayed ACK
   poll_client_ = std::make_unique<httplib::Client>(options_.server_url);
   poll_client_->set_connection_timeout(std::chrono::seconds(2));
   poll_client_->set_read_timeout(options_.poll_wait + std::chrono::seconds(10));
   poll_client_->set_write_timeout(std::chrono::seconds(10));
+  poll_client_->set_tcp_nodelay(true);
 }
 
 Agent::~Agent() = default;

@@ -62,9 +62,34 @@ struct Gang {
   int32_t failure_code = 0;  // exit code (or -signal) of the rank that failed first
 };
 
+// A Pending job as the scheduler sees it, kept between passes so that a snapshot of
+// 100,000 Pending jobs costs pointer copies under the mutex, not 100,000 conversions.
+// `key` holds what the view is derived from besides the immutable spec: a view whose
+// key no longer matches its job is stale (rebuilt by the next snapshot, and a bind
+// decided on it is dropped).
+struct PendingKey {
+  Timestamp state_time{};
+  bool held = false;
+  size_t attempts = 0;
+  int32_t retries = 0;
+  size_t excluded = 0;
+
+  bool operator==(const PendingKey&) const = default;
+};
+
+struct PendingView {
+  PendingKey key;
+  sched::PendingJob job;
+};
+
+PendingKey KeyOf(const Job& job) {
+  return {job.state_time, job.held, job.attempts.size(), job.retries, job.excluded_nodes.size()};
+}
+
 struct JobEntry {
   Job job;
   std::optional<Gang> gang;
+  std::shared_ptr<const PendingView> pending_view;  // while Pending; see PendingView
 };
 
 struct NodeEntry {
@@ -77,6 +102,10 @@ struct NodeEntry {
   Timestamp last_heartbeat{};
   NodeState admin = NodeState::kReady;  // Ready, Cordoned or Draining
   std::deque<Command> commands;
+  // What this node's long polls wait on (one per node, so that an event for one node
+  // or for the loop does not wake a thousand agents' polls). Shared: a waiter keeps it
+  // alive should the entry go.
+  std::shared_ptr<std::condition_variable> poll_cv = std::make_shared<std::condition_variable>();
 };
 
 std::string GpuList(const std::vector<int>& gpus) {
@@ -157,10 +186,25 @@ std::vector<sched::Placement> PlacementOf(const Attempt& a) {
 struct SubmitRequest {
   std::vector<JobSpec> specs;
   std::string actor;
-  std::optional<Result<std::vector<JobId>>> result;
+  std::optional<Result<std::vector<JobId>>> result;  // written by the leader
+  bool done = false;                                 // GUARDED_BY(submit_mu_): result is final
+  std::condition_variable cv;                        // its submitter waits here
 };
 
 }  // namespace
+
+struct PassPlan::Data {
+  std::unique_lock<std::mutex> pass_lock;  // Impl::pass_mu_
+  bool skipped = false;                    // nothing to decide: apply does nothing
+  sched::Snapshot snap;                    // without its pending jobs (see `pending`)
+  std::vector<std::shared_ptr<const PendingView>> pending;  // ascending id
+  sched::Decisions decisions;
+};
+
+PassPlan::PassPlan(std::unique_ptr<Data> data) : data_(std::move(data)) {}
+PassPlan::PassPlan(PassPlan&&) noexcept = default;
+PassPlan& PassPlan::operator=(PassPlan&&) noexcept = default;
+PassPlan::~PassPlan() = default;
 
 class Cluster::Impl {
  public:
@@ -192,7 +236,8 @@ class Cluster::Impl {
 
   // Loop.
   Status Tick();
-  Result<PassStats> SchedulePass();
+  std::unique_ptr<PassPlan::Data> PlanPass();
+  Result<PassStats> ApplyPass(PassPlan::Data& plan);
   bool NeedsPass() {
     std::lock_guard lk(mu_);
     return dirty_;
@@ -205,18 +250,39 @@ class Cluster::Impl {
     {
       std::lock_guard lk(mu_);
       shutdown_ = true;
+      for (auto& [name, n] : nodes_) n.poll_cv->notify_all();
     }
     cv_.notify_all();
   }
   sched::Snapshot BuildSnapshot() {
-    std::lock_guard lk(mu_);
-    return SnapshotLocked();
+    std::vector<std::shared_ptr<const PendingView>> pending;
+    sched::Snapshot snap;
+    {
+      std::lock_guard lk(mu_);
+      snap = SnapshotLocked(pending);
+    }
+    FillPending(snap, pending);
+    return snap;
   }
 
  private:
   // REQUIRES (all *Locked and the helpers below): mu_ held.
   Status CommitLocked(const store::WriteBatch& batch) { return store_->Commit(batch); }
-  sched::Snapshot SnapshotLocked();
+  // Everything of the snapshot but its Pending jobs, whose views (ascending id) go to
+  // `pending`: copying them into the snapshot is left to FillPending, outside mu_.
+  sched::Snapshot SnapshotLocked(std::vector<std::shared_ptr<const PendingView>>& pending);
+  static void FillPending(sched::Snapshot& snap,
+                          const std::vector<std::shared_ptr<const PendingView>>& pending) {
+    snap.pending.reserve(pending.size());
+    for (const auto& v : pending) snap.pending.push_back(v->job);
+  }
+  std::shared_ptr<const PendingView> PendingViewLocked(JobEntry& e);
+  // Applies a pass's decisions, each re-checked against the state as it is now (the
+  // pass ran on a snapshot, without mu_): a bind only for a job still Pending as the
+  // snapshot saw it, onto nodes still Ready and GPUs still free; a preemption only of
+  // a job still Running for a job still Pending. Commits, then acts.
+  Result<PassStats> ApplyLocked(const sched::Snapshot& snap, const sched::Decisions& d,
+                                const std::vector<std::shared_ptr<const PendingView>>& pending);
   JobView ViewLocked(const JobEntry& e) const;
   NodeState EffectiveState(const NodeEntry& n) const {
     if (!n.connected) return NodeState::kNotReady;
@@ -233,7 +299,7 @@ class Cluster::Impl {
     auto it = nodes_.find(node);
     if (it == nodes_.end() || !it->second.connected) return;
     it->second.commands.push_back(std::move(c));
-    cv_.notify_all();
+    it->second.poll_cv->notify_all();
   }
   TaskStart BuildStart(const JobEntry& e, const Rank& r) const;
   // Sends stop (or withdraws a start not yet delivered) to every live rank.
@@ -271,20 +337,32 @@ class Cluster::Impl {
   const Clock* const clock_;
   const ClusterOptions opt_;
 
+  // One pass at a time (SchedulePass runs sched::Schedule without mu_; only passes
+  // allocate GPUs, so a GPU free in a pass's snapshot is free until it applies).
+  std::mutex pass_mu_;
+  // Whether the last pass changed nothing (no bind, no preemption), and when it ran:
+  // a pass with nothing new to see (not dirty_, no running job whose clock matters,
+  // no retry backoff ending since) would conclude the same, so it is skipped.
+  bool last_pass_idle_ = false;  // GUARDED_BY(pass_mu_)
+  Timestamp last_pass_at_{};     // GUARDED_BY(pass_mu_)
+  // The Pending jobs of the last pass's snapshot and the views they were copied from
+  // (parallel, ascending id), so that the next snapshot copies only what changed.
+  std::vector<sched::PendingJob> last_pending_;                 // GUARDED_BY(pass_mu_)
+  std::vector<std::shared_ptr<const PendingView>> last_views_;  // GUARDED_BY(pass_mu_)
+
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool dirty_ = true;                                            // GUARDED_BY(mu_)
-  bool shutdown_ = false;                                        // GUARDED_BY(mu_)
-  std::map<JobId, JobEntry> jobs_;                               // GUARDED_BY(mu_): active
-  std::map<std::string, NodeEntry> nodes_;                       // GUARDED_BY(mu_)
-  std::map<std::string, Tenant> tenants_;                        // GUARDED_BY(mu_)
+  std::condition_variable cv_;              // the loop's WaitForWork (dirty_, shutdown_)
+  bool dirty_ = true;                       // GUARDED_BY(mu_)
+  bool shutdown_ = false;                   // GUARDED_BY(mu_)
+  std::map<JobId, JobEntry> jobs_;          // GUARDED_BY(mu_): active
+  std::map<std::string, NodeEntry> nodes_;  // GUARDED_BY(mu_)
+  std::map<std::string, Tenant> tenants_;   // GUARDED_BY(mu_)
   std::map<std::pair<std::string, std::string>, Queue> queues_;  // GUARDED_BY(mu_)
   std::map<std::string, PriorityClass> classes_;                 // GUARDED_BY(mu_)
 
   // Group commit of submissions: the first waiter becomes the leader and commits
   // everything queued so far in one transaction.
   std::mutex submit_mu_;
-  std::condition_variable submit_cv_;
   std::vector<SubmitRequest*> submit_queue_;  // GUARDED_BY(submit_mu_)
   bool submit_leader_ = false;                // GUARDED_BY(submit_mu_)
   JobId reserved_next_ = 0;                   // the submit leader's block of ids:
@@ -357,7 +435,44 @@ Status Cluster::Impl::Load() {
 
 // --- snapshot ------------------------------------------------------------------------
 
-sched::Snapshot Cluster::Impl::SnapshotLocked() {
+std::shared_ptr<const PendingView> Cluster::Impl::PendingViewLocked(JobEntry& e) {
+  const Job& job = e.job;
+  const PendingKey key = KeyOf(job);
+  if (e.pending_view && e.pending_view->key == key) return e.pending_view;
+  auto v = std::make_shared<PendingView>();
+  v->key = key;
+  const PriorityClass* pc = ClassOf(job);
+  sched::PendingJob& p = v->job;
+  p.id = job.id;
+  p.name = job.spec.name;
+  p.tenant = job.spec.tenant;
+  p.queue = job.spec.queue;
+  p.priority = pc ? pc->value : 0;
+  p.preemptible = pc ? pc->preemptible : true;
+  p.replicas = job.spec.replicas;
+  p.min_replicas = job.spec.min_replicas;
+  p.per_replica = job.spec.resources;
+  p.topology = job.spec.topology;
+  p.submit_time = job.submit_time;
+  p.eligible_time = sched::EligibleTime(job);
+  p.time_limit = job.spec.time_limit;
+  p.excluded_nodes = sched::ExcludedNodes(job);
+  p.held = job.held;
+  Duration attained{0};
+  for (const Attempt& a : job.attempts) {
+    if (a.end_time) {
+      attained +=
+          (*a.end_time - a.start_time) *
+          std::max<int64_t>(1, job.spec.resources.gpus * static_cast<int64_t>(a.nodes.size()));
+    }
+  }
+  p.attained_service = attained;
+  e.pending_view = std::move(v);
+  return e.pending_view;
+}
+
+sched::Snapshot Cluster::Impl::SnapshotLocked(
+    std::vector<std::shared_ptr<const PendingView>>& pending) {
   sched::Snapshot s;
   s.now = clock_->Now();
   for (const auto& [name, n] : nodes_) {
@@ -366,18 +481,17 @@ sched::Snapshot Cluster::Impl::SnapshotLocked() {
     s.nodes.push_back(std::move(node));
   }
   for (const auto& [key, q] : queues_) s.queues.push_back(q);
-  for (const auto& [id, e] : jobs_) {
+  pending.clear();
+  for (auto& [id, e] : jobs_) {
     const Job& job = e.job;
-    const PriorityClass* pc = ClassOf(job);
-    const int32_t priority = pc ? pc->value : 0;
-    const bool preemptible = pc ? pc->preemptible : true;
     if (const Attempt* a = job.CurrentAttempt()) {
+      const PriorityClass* pc = ClassOf(job);
       sched::RunningJob r;
       r.id = id;
       r.tenant = job.spec.tenant;
       r.queue = job.spec.queue;
-      r.priority = priority;
-      r.preemptible = preemptible;
+      r.priority = pc ? pc->value : 0;
+      r.preemptible = pc ? pc->preemptible : true;
       r.per_replica = job.spec.resources;
       r.replicas = PlacementOf(*a);
       r.start_time = a->start_time;
@@ -389,32 +503,9 @@ sched::Snapshot Cluster::Impl::SnapshotLocked() {
           job.state != JobState::kRunning || (e.gang && e.gang->stopping != Stopping::kNone);
       s.running.push_back(std::move(r));
     } else if (job.state == JobState::kPending) {
-      sched::PendingJob p;
-      p.id = id;
-      p.name = job.spec.name;
-      p.tenant = job.spec.tenant;
-      p.queue = job.spec.queue;
-      p.priority = priority;
-      p.preemptible = preemptible;
-      p.replicas = job.spec.replicas;
-      p.min_replicas = job.spec.min_replicas;
-      p.per_replica = job.spec.resources;
-      p.topology = job.spec.topology;
-      p.submit_time = job.submit_time;
-      p.eligible_time = sched::EligibleTime(job);
-      p.time_limit = job.spec.time_limit;
-      p.excluded_nodes = sched::ExcludedNodes(job);
-      p.held = job.held;
-      Duration attained{0};
-      for (const Attempt& a : job.attempts) {
-        if (a.end_time) {
-          attained +=
-              (*a.end_time - a.start_time) *
-              std::max<int64_t>(1, job.spec.resources.gpus * static_cast<int64_t>(a.nodes.size()));
-        }
-      }
-      p.attained_service = attained;
-      s.pending.push_back(std::move(p));
+      pending.push_back(PendingViewLocked(e));
+    } else {
+      e.pending_view.reset();
     }
   }
   return s;
@@ -440,10 +531,12 @@ JobView Cluster::Impl::ViewLocked(const JobEntry& e) const {
 Result<std::vector<JobId>> Cluster::Impl::Submit(std::vector<JobSpec> specs,
                                                  const std::string& actor) {
   if (specs.empty()) return InvalidArgument("submit: no job given");
-  SubmitRequest req{std::move(specs), actor, std::nullopt};
+  SubmitRequest req;
+  req.specs = std::move(specs);
+  req.actor = actor;
   std::unique_lock lk(submit_mu_);
   submit_queue_.push_back(&req);
-  while (!req.result) {
+  while (!req.done) {
     if (!submit_leader_) {
       submit_leader_ = true;
       std::vector<SubmitRequest*> group;
@@ -452,9 +545,15 @@ Result<std::vector<JobId>> Cluster::Impl::Submit(std::vector<JobSpec> specs,
       CommitGroup(group);
       lk.lock();
       submit_leader_ = false;
-      submit_cv_.notify_all();
+      // Wake each submitter of the group (one thread each, not every waiter), and the
+      // first of those queued meanwhile to lead the next group.
+      for (SubmitRequest* r : group) {
+        r->done = true;
+        if (r != &req) r->cv.notify_one();
+      }
+      if (!submit_queue_.empty()) submit_queue_.front()->cv.notify_one();
     } else {
-      submit_cv_.wait(lk);
+      req.cv.wait(lk);
     }
   }
   return std::move(*req.result);
@@ -557,7 +656,7 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
     for (Queue& q : new_queues) queues_[{q.tenant, q.name}] = q;
     for (Job& job : jobs) {
       const JobId id = job.id;
-      jobs_[id] = JobEntry{std::move(job), std::nullopt};
+      jobs_[id] = JobEntry{std::move(job), std::nullopt, nullptr};
     }
     dirty_ = true;
   }
@@ -580,14 +679,59 @@ Result<JobView> Cluster::Impl::GetJob(JobId id) {
 }
 
 Result<store::JobPage> Cluster::Impl::ListJobs(const ListJobsRequest& req) {
-  TY_ASSIGN_OR_RETURN(store::JobPage page, store_->ListJobs(req.filter, req.after_id, req.limit));
-  std::lock_guard lk(mu_);
-  // Pending reasons change every pass and are not stored: show the live ones.
-  for (Job& j : page.jobs) {
-    auto it = jobs_.find(j.id);
-    if (it != jobs_.end() && it->second.job.state == j.state) j = it->second.job;
+  const store::JobFilter& f = req.filter;
+  const size_t limit = static_cast<size_t>(std::max(req.limit, 1));
+  auto wanted = [&](JobState s) {
+    return f.states.empty() || std::find(f.states.begin(), f.states.end(), s) != f.states.end();
+  };
+  // Jobs that have not finished are all in jobs_ (with their live Pending reasons): read
+  // them there, under mu_ for the time of `limit` + 1 matches. Finished ones are only
+  // in the store; they are read after, so a job that finishes in between is seen twice
+  // (the stored record wins), never not at all.
+  std::vector<Job> jobs;
+  bool more = false;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = jobs_.upper_bound(req.after_id); it != jobs_.end(); ++it) {
+      const Job& j = it->second.job;
+      if (!wanted(j.state) || (!f.tenant.empty() && j.spec.tenant != f.tenant) ||
+          (!f.queue.empty() && j.spec.queue != f.queue) ||
+          !std::string_view(j.spec.name).starts_with(f.name_prefix)) {
+        continue;
+      }
+      if (jobs.size() == limit) {
+        more = true;
+        break;
+      }
+      jobs.push_back(j);
+    }
   }
-  return page;
+  // One query per finished state, each a range of the store's (state, id) index.
+  for (JobState s : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+    if (!wanted(s)) continue;
+    store::JobFilter finished = f;
+    finished.states = {s};
+    TY_ASSIGN_OR_RETURN(store::JobPage page,
+                        store_->ListJobs(finished, req.after_id, static_cast<int>(limit)));
+    more = more || page.next_after_id.has_value();
+    for (Job& j : page.jobs) {
+      auto dup = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.id == j.id; });
+      if (dup != jobs.end()) {
+        *dup = std::move(j);
+      } else {
+        jobs.push_back(std::move(j));
+      }
+    }
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.id < b.id; });
+  store::JobPage out;
+  if (jobs.size() > limit) {
+    jobs.resize(limit);
+    more = true;
+  }
+  out.jobs = std::move(jobs);
+  if (more && !out.jobs.empty()) out.next_after_id = out.jobs.back().id;
+  return out;
 }
 
 Result<store::EventPage> Cluster::Impl::ListEvents(JobId id, int64_t after_seq, int limit) {
@@ -1116,6 +1260,7 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
     stored.state_reason.clear();
     b.PutNode(stored);
     if (Status s = CommitLocked(b); !s.ok()) {
+      n.poll_cv->notify_all();
       nodes_.erase(name);
       return s;
     }
@@ -1172,6 +1317,7 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
       }
     }
   }
+  if (!n.commands.empty()) n.poll_cv->notify_all();  // starts sent again, above
   for (JobId id : touched) TY_RETURN_IF_ERROR(EvaluateLocked(id));
   dirty_ = true;
   cv_.notify_all();
@@ -1230,7 +1376,8 @@ Result<std::vector<Command>> Cluster::Impl::Poll(const std::string& node, Durati
   };
   auto it = nodes_.find(node);
   if (it == nodes_.end() || !it->second.connected) return NotFound("unknown node " + node);
-  cv_.wait_for(lk, wait, ready);
+  const std::shared_ptr<std::condition_variable> cv = it->second.poll_cv;
+  cv->wait_for(lk, wait, ready);
   it = nodes_.find(node);
   if (it == nodes_.end() || !it->second.connected) return NotFound("unknown node " + node);
   std::vector<Command> out(it->second.commands.begin(), it->second.commands.end());
@@ -1262,6 +1409,7 @@ Status Cluster::Impl::Tick() {
     if (!expired || (!n.connected && n.node.state == NodeState::kNotReady)) continue;
     n.connected = false;
     n.commands.clear();
+    n.poll_cv->notify_all();
     const std::string why = "no heartbeat for " + FormatDuration(now - n.last_heartbeat);
     TY_RETURN_IF_ERROR(SyncNodeLocked(n, why));
     dirty_ = true;
@@ -1310,20 +1458,114 @@ Status Cluster::Impl::Tick() {
   return Status::Ok();
 }
 
-Result<PassStats> Cluster::Impl::SchedulePass() {
+std::unique_ptr<PassPlan::Data> Cluster::Impl::PlanPass() {
+  auto plan = std::make_unique<PassPlan::Data>();
+  plan->pass_lock = std::unique_lock(pass_mu_);
+  sched::Snapshot& snap = plan->snap;
+  {
+    std::lock_guard lk(mu_);
+    const bool dirty = dirty_;
+    dirty_ = false;
+    snap = SnapshotLocked(plan->pending);
+    if (!dirty && last_pass_idle_ && snap.running.empty()) {
+      // Only the clock moved; of what a pass reads, only retry backoffs depend on it
+      // when nothing runs.
+      const bool backoff_ended =
+          std::any_of(plan->pending.begin(), plan->pending.end(), [&](const auto& v) {
+            return v->job.eligible_time > last_pass_at_ && v->job.eligible_time <= snap.now;
+          });
+      if (!backoff_ended) plan->skipped = true;
+    }
+  }
+  if (!plan->skipped && plan->pending.empty()) {
+    last_pass_at_ = snap.now;
+    last_pass_idle_ = true;
+    plan->skipped = true;
+  }
+  if (plan->skipped) return plan;
+  // The Pending part of the snapshot: the last pass's, with what changed since copied
+  // in (moving the unchanged entries costs no allocation; copying 100,000 does).
+  snap.pending.reserve(plan->pending.size());
+  size_t k = 0;
+  for (const auto& v : plan->pending) {
+    while (k < last_views_.size() && last_views_[k]->job.id < v->job.id) ++k;
+    if (k < last_views_.size() && last_views_[k] == v) {
+      snap.pending.push_back(std::move(last_pending_[k]));
+    } else {
+      snap.pending.push_back(v->job);
+    }
+  }
+  plan->decisions = sched::Schedule(snap, opt_.policy);
+  // Kept for the next pass; ApplyPass checks against the views in plan->pending.
+  last_pending_ = std::move(snap.pending);
+  last_views_ = plan->pending;
+  snap.pending.clear();
+  return plan;
+}
+
+Result<PassStats> Cluster::Impl::ApplyPass(PassPlan::Data& plan) {
+  if (plan.skipped) return PassStats{};
+  last_pass_at_ = plan.snap.now;
   std::lock_guard lk(mu_);
-  dirty_ = false;
-  sched::Snapshot snap = SnapshotLocked();
-  PassStats stats;
-  if (snap.pending.empty()) return stats;
-  const sched::Decisions d = sched::Schedule(snap, opt_.policy);
+  Result<PassStats> stats = ApplyLocked(plan.snap, plan.decisions, plan.pending);
+  last_pass_idle_ = stats.ok() && stats->binds == 0 && stats->preemptions == 0;
+  return stats;
+}
+
+Result<PassStats> Cluster::Impl::ApplyLocked(
+    const sched::Snapshot& snap, const sched::Decisions& d,
+    const std::vector<std::shared_ptr<const PendingView>>& pending) {
   const Timestamp now = snap.now;
+  PassStats stats;
+  // The view each decision was made on, by job id (`pending` ascends by id).
+  auto seen = [&](JobId id) -> const PendingView* {
+    auto it = std::lower_bound(pending.begin(), pending.end(), id,
+                               [](const auto& v, JobId x) { return v->job.id < x; });
+    return it != pending.end() && (*it)->job.id == id ? it->get() : nullptr;
+  };
+  // Still Pending, and unchanged since the snapshot (not held, cancelled or retried).
+  auto still_pending = [&](JobId id) -> JobEntry* {
+    auto it = jobs_.find(id);
+    const PendingView* v = seen(id);
+    if (it == jobs_.end() || v == nullptr || it->second.job.state != JobState::kPending ||
+        it->second.job.held || !(KeyOf(it->second.job) == v->key)) {
+      return nullptr;
+    }
+    return &it->second;
+  };
+  // GPUs held by open attempts now, per node, so that a bind never lands on one.
+  std::map<std::string, std::set<int>> used;
+  for (const auto& [id, e] : jobs_) {
+    if (const Attempt* a = e.job.CurrentAttempt()) {
+      for (size_t r = 0; r < a->nodes.size() && r < a->gpus.size(); ++r) {
+        used[a->nodes[r]].insert(a->gpus[r].begin(), a->gpus[r].end());
+      }
+    }
+  }
+  auto placeable = [&](const sched::Bind& bind) {
+    std::map<std::string, std::set<int>> taking;
+    for (const auto& p : bind.replicas) {
+      auto n = nodes_.find(p.node);
+      if (n == nodes_.end() || EffectiveState(n->second) != NodeState::kReady) return false;
+      for (int g : p.gpus) {
+        const auto& gpus = n->second.node.gpus;
+        const bool exists =
+            std::any_of(gpus.begin(), gpus.end(), [&](const Gpu& x) { return x.index == g; });
+        if (!exists || used[p.node].contains(g) || !taking[p.node].insert(g).second) return false;
+      }
+    }
+    for (auto& [node, gpus] : taking) used[node].insert(gpus.begin(), gpus.end());
+    return true;
+  };
   store::WriteBatch b;
   std::vector<Job> bound;
   for (const sched::Bind& bind : d.binds) {
-    auto it = jobs_.find(bind.job);
-    if (it == jobs_.end() || it->second.job.state != JobState::kPending) continue;
-    Job next = it->second.job;
+    JobEntry* e = still_pending(bind.job);
+    if (e == nullptr || !placeable(bind)) {
+      dirty_ = true;  // decided on a state that has moved on: look again
+      continue;
+    }
+    Job next = e->job;
     std::vector<std::string> nodes;
     std::vector<std::vector<int>> gpus;
     for (const auto& p : bind.replicas) {
@@ -1344,7 +1586,8 @@ Result<PassStats> Cluster::Impl::SchedulePass() {
   for (const sched::Preempt& p : d.preemptions) {
     auto it = jobs_.find(p.job);
     if (it == jobs_.end() || it->second.job.state != JobState::kRunning || !it->second.gang ||
-        it->second.gang->stopping != Stopping::kNone) {
+        it->second.gang->stopping != Stopping::kNone || still_pending(p.for_job) == nullptr) {
+      dirty_ = true;
       continue;
     }
     Job next = it->second.job;
@@ -1362,6 +1605,7 @@ Result<PassStats> Cluster::Impl::SchedulePass() {
   for (Job& job : bound) {
     JobEntry& e = jobs_[job.id];
     e.job = std::move(job);
+    e.pending_view.reset();
     Gang g;
     g.attempt = e.job.attempts.back().index;
     g.ranks = MakeRanks(e.job, e.job.attempts.back());
@@ -1452,7 +1696,14 @@ bool Cluster::KnowsTask(const std::string& node, JobId job, int32_t attempt) {
   return impl_->KnowsTask(node, job, attempt);
 }
 Status Cluster::Tick() { return impl_->Tick(); }
-Result<PassStats> Cluster::SchedulePass() { return impl_->SchedulePass(); }
+Result<PassStats> Cluster::SchedulePass() { return ApplyPass(PlanPass()); }
+PassPlan Cluster::PlanPass() { return PassPlan(impl_->PlanPass()); }
+Result<PassStats> Cluster::ApplyPass(PassPlan plan) {
+  if (!plan.data_) return InvalidArgument("ApplyPass: the plan was moved from");
+  Result<PassStats> stats = impl_->ApplyPass(*plan.data_);
+  plan.data_.reset();  // ends the pass (releases its lock) now
+  return stats;
+}
 bool Cluster::NeedsPass() { return impl_->NeedsPass(); }
 void Cluster::WaitForWork(Duration wait) { impl_->WaitForWork(wait); }
 void Cluster::Shutdown() { impl_->Shutdown(); }

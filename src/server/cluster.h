@@ -132,6 +132,21 @@ struct PassStats {
   int infeasible = 0;
 };
 
+// A scheduling pass between its two steps (see Cluster::PlanPass). Move-only; while
+// one exists no other pass can start.
+class PassPlan {
+ public:
+  PassPlan(PassPlan&&) noexcept;
+  PassPlan& operator=(PassPlan&&) noexcept;
+  ~PassPlan();
+
+ private:
+  friend class Cluster;
+  struct Data;
+  explicit PassPlan(std::unique_ptr<Data> data);
+  std::unique_ptr<Data> data_;
+};
+
 class Cluster {
  public:
   // Loads the state from `store` (LoadAll); seeds the default tenant, queue and
@@ -175,8 +190,17 @@ class Cluster {
   // --- the loop ----------------------------------------------------------------------
   // Node timeouts, resends of unanswered starts. Cheap; call every second or so.
   Status Tick();
-  // One scheduling pass: snapshot, sched::Schedule, apply and commit the decisions.
+  // One scheduling pass: ApplyPass(PlanPass()).
   Result<PassStats> SchedulePass();
+  // The pass in two steps. PlanPass takes a snapshot (briefly under the state mutex)
+  // and runs sched::Schedule on it without the mutex, so submissions, listings and
+  // agents are not held up by it. ApplyPass re-checks each decision against the state
+  // as it is by then (a job held, cancelled or changed since is not started; a node no
+  // longer Ready or a GPU no longer free gets nothing), commits, then acts. Passes are
+  // serialised: PlanPass waits while another plan exists. A plan that is dropped
+  // without ApplyPass changes nothing.
+  PassPlan PlanPass();
+  Result<PassStats> ApplyPass(PassPlan plan);
   // True when something happened since the last pass that may let a job start.
   bool NeedsPass();
   // Blocks until NeedsPass() or `wait` passes or Shutdown.

@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <set>
+#include <thread>
+
 #include "core/spec_codec.h"
 #include "store/memory_store.h"
 
@@ -456,6 +460,167 @@ TEST_F(ClusterTest, PendingReasonComesFromTheScheduler) {
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->job.state, JobState::kPending);
   EXPECT_THAT(v->job.reason, ::testing::HasSubstr("16"));
+}
+
+TEST_F(ClusterTest, ListJobsMergesLiveAndFinishedJobsInIdOrder) {
+  std::vector<JobId> ids;
+  for (int i = 0; i < 7; ++i)
+    ids.push_back(Submit("name: j" + std::to_string(i) + "\nresources: {gpus: 1}\ncommand: [x]\n"));
+  // Finished jobs live only in the store; the others are read from memory.
+  ASSERT_TRUE(cluster_->Cancel(ids[1], "user:test").ok());
+  ASSERT_TRUE(cluster_->Cancel(ids[4], "user:test").ok());
+  ASSERT_TRUE(cluster_->Hold(ids[5], "user:test").ok());
+
+  std::vector<JobId> seen;
+  ListJobsRequest req;
+  req.limit = 2;
+  int pages = 0;
+  while (true) {
+    auto page = cluster_->ListJobs(req);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    ASSERT_LE(page->jobs.size(), 2u);
+    for (const Job& j : page->jobs) seen.push_back(j.id);
+    ++pages;
+    if (!page->next_after_id) break;
+    EXPECT_EQ(*page->next_after_id, page->jobs.back().id);
+    req.after_id = *page->next_after_id;
+  }
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(pages, 4);
+
+  req = ListJobsRequest{};
+  req.filter.states = {JobState::kCancelled};
+  auto cancelled = cluster_->ListJobs(req);
+  ASSERT_TRUE(cancelled.ok());
+  ASSERT_THAT(cancelled->jobs, SizeIs(2));
+  EXPECT_EQ(cancelled->jobs[0].id, ids[1]);
+  EXPECT_EQ(cancelled->jobs[1].id, ids[4]);
+  EXPECT_FALSE(cancelled->next_after_id);
+
+  req.filter.states = {JobState::kPending};
+  req.filter.name_prefix = "j5";
+  auto held = cluster_->ListJobs(req);
+  ASSERT_TRUE(held.ok());
+  ASSERT_THAT(held->jobs, SizeIs(1));
+  EXPECT_EQ(held->jobs[0].id, ids[5]);
+  EXPECT_THAT(held->jobs[0].reason, ::testing::HasSubstr("held by user:test"));  // live
+}
+
+// sched::Schedule runs outside the mutex on a snapshot; what it decides is re-checked
+// when applied. Whatever interleaving the threads produce, a GPU is never given to two
+// jobs and a job held (or cancelled) while Pending is never started.
+TEST_F(ClusterTest, PassesRacingSubmitsHoldsAndCancelsNeverDoubleAllocate) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 8, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 8, "10.0.0.2")).ok());
+  std::atomic<bool> done{false};
+  std::thread passes([&] {
+    while (!done.load()) {
+      auto s = cluster_->SchedulePass();
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+    }
+  });
+  std::vector<JobId> ids, held, cancelled;
+  for (int i = 0; i < 300; ++i) {
+    const JobId id = Submit("name: r\nresources: {gpus: 3}\ncommand: [x]\n");
+    ids.push_back(id);
+    if (i % 3 == 0 && cluster_->Hold(id, "user:test").ok()) held.push_back(id);
+    if (i % 3 == 1 && State(id) == JobState::kPending && cluster_->Cancel(id, "user:test").ok()) {
+      cancelled.push_back(id);
+    }
+    if (i % 5 == 4 && !cancelled.empty()) {
+      // Free GPUs now and then: cancelling a started job withdraws its starts at once.
+      (void)cluster_->Cancel(ids[static_cast<size_t>(i) - 2], "user:test");
+    }
+  }
+  done = true;
+  passes.join();
+  ASSERT_TRUE(cluster_->SchedulePass().ok());
+  std::set<std::pair<std::string, int>> taken;
+  int started = 0;
+  for (JobId id : ids) {
+    auto v = cluster_->GetJob(id);
+    ASSERT_TRUE(v.ok());
+    for (const auto& p : v->placement) {
+      for (int g : p.gpus) {
+        EXPECT_TRUE(taken.insert({p.node, g}).second)
+            << "GPU " << p.node << ":" << g << " given twice (job " << id << ")";
+      }
+    }
+    started += v->placement.empty() ? 0 : 1;
+  }
+  EXPECT_LE(taken.size(), 16u);
+  EXPECT_GT(started, 0);
+  for (JobId id : held) {
+    const JobState s = State(id);
+    EXPECT_TRUE(s == JobState::kPending || s == JobState::kCancelled) << id;
+  }
+  for (JobId id : cancelled) EXPECT_EQ(State(id), JobState::kCancelled) << id;
+}
+
+TEST_F(ClusterTest, JobHeldSinceThePlanIsNotStarted) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: j\nresources: {gpus: 2}\ncommand: [x]\n");
+  PassPlan plan = cluster_->PlanPass();
+  ASSERT_TRUE(cluster_->Hold(id, "user:test").ok());
+  auto stats = cluster_->ApplyPass(std::move(plan));
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->binds, 0);
+  EXPECT_EQ(State(id), JobState::kPending);
+  EXPECT_THAT(Commands("node-0"), IsEmpty());
+  ASSERT_TRUE(cluster_->Release(id, "user:test").ok());
+  Pass();
+  EXPECT_EQ(State(id), JobState::kStarting);
+}
+
+TEST_F(ClusterTest, JobCancelledSinceThePlanStaysCancelled) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: j\nresources: {gpus: 2}\ncommand: [x]\n");
+  PassPlan plan = cluster_->PlanPass();
+  ASSERT_TRUE(cluster_->Cancel(id, "user:test").ok());
+  auto stats = cluster_->ApplyPass(std::move(plan));
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->binds, 0);
+  EXPECT_EQ(Stored(id).state, JobState::kCancelled);
+  EXPECT_THAT(Commands("node-0"), IsEmpty());
+}
+
+TEST_F(ClusterTest, NodeCordonedOrShrunkSinceThePlanGetsNothing) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId a = Submit("name: a\nresources: {gpus: 4}\ncommand: [x]\n");
+  PassPlan plan = cluster_->PlanPass();
+  ASSERT_TRUE(cluster_->SetNodeAdminState("node-0", NodeState::kCordoned, "user:admin").ok());
+  auto stats = cluster_->ApplyPass(std::move(plan));
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->binds, 0);
+  EXPECT_EQ(State(a), JobState::kPending);
+
+  ASSERT_TRUE(cluster_->SetNodeAdminState("node-0", NodeState::kReady, "user:admin").ok());
+  plan = cluster_->PlanPass();
+  // The agent comes back with two GPUs fewer: GPUs 2 and 3 no longer exist.
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 2, "10.0.0.1")).ok());
+  stats = cluster_->ApplyPass(std::move(plan));
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->binds, 0);
+  EXPECT_EQ(State(a), JobState::kPending);
+  Pass();
+  EXPECT_EQ(State(a), JobState::kPending);  // asks for 4 of 2
+  EXPECT_THAT(cluster_->GetJob(a)->job.reason, ::testing::HasSubstr("current nodes"));
+}
+
+TEST_F(ClusterTest, PassWithNothingNewIsSkippedUntilSomethingChanges) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 2, "10.0.0.1")).ok());
+  JobId big = Submit("name: big\nresources: {gpus: 4}\ncommand: [x]\n");
+  Pass();
+  EXPECT_EQ(State(big), JobState::kPending);
+  clock_.Advance(Duration(5'000));
+  auto idle = cluster_->SchedulePass();
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(idle->waiting + idle->infeasible, 0);  // skipped: nothing it reads changed
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  auto again = cluster_->SchedulePass();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->binds, 1);
+  EXPECT_EQ(State(big), JobState::kStarting);
 }
 
 }  // namespace

@@ -2,20 +2,91 @@
 
 #include <fcntl.h>
 #include <httplib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <mutex>
 #include <random>
+#include <vector>
 
 #include "server/api.h"
 #include "store/sqlite_store.h"
 
 namespace trainyard::server {
+namespace {
+
+// cpp-httplib serves a connection on one pool thread from accept until it closes, so
+// every open connection holds a thread: each agent's long poll while it waits, each
+// keep-alive client between its requests. A fixed pool of N threads serves N
+// connections and leaves the rest queued; this one starts `initial_threads`, then a
+// thread whenever a connection would otherwise wait, up to `max_threads`, and keeps it
+// for later connections. Threads end at shutdown (cpp-httplib calls it when listen ends).
+class ConnectionThreads : public httplib::TaskQueue {
+ public:
+  ConnectionThreads(size_t initial_threads, size_t max_threads) : max_threads_(max_threads) {
+    std::lock_guard lk(mu_);
+    while (threads_.size() < std::min(initial_threads, max_threads_)) {
+      threads_.emplace_back([this] { Work(); });
+    }
+  }
+  ~ConnectionThreads() override = default;
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lk(mu_);
+    jobs_.push_back(std::move(fn));
+    if (!shutdown_ && jobs_.size() > idle_ && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { Work(); });
+    }
+    cv_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lk(mu_);
+      shutdown_ = true;
+    }
+    cv_.notify_all();
+    // No thread is started once shutdown_ is set, so threads_ no longer changes.
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void Work() {
+    std::unique_lock lk(mu_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lk, [&] { return !jobs_.empty() || shutdown_; });
+      --idle_;
+      if (jobs_.empty()) return;  // shutdown_
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lk.unlock();
+      fn();
+      lk.lock();
+    }
+  }
+
+  const size_t max_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;        // GUARDED_BY(mu_)
+  size_t idle_ = 0;                         // GUARDED_BY(mu_): threads waiting for a job
+  bool shutdown_ = false;                   // GUARDED_BY(mu_)
+};
+
+}  // namespace
 
 Result<std::string> LoadOrCreateJoinToken(const std::string& data_dir) {
   const std::string path = data_dir + "/join-token";
@@ -59,12 +130,20 @@ Status Server::Start() {
   http_ = std::make_unique<httplib::Server>();
   const int threads = opt_.http_threads;
   http_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
+    return new ConnectionThreads(64, static_cast<size_t>(std::max(threads, 1)));
   };
+  // A response is written as headers then body; without TCP_NODELAY the body waits
+  // for the client's delayed ACK (40 ms) behind Nagle's algorithm.
+  http_->set_tcp_nodelay(true);
   http_->set_keep_alive_max_count(100'000);
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
   InstallApi(*http_, *cluster_, *logs_, ApiOptions{token_});
+  int listen_fd = -1;
+  http_->set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;  // the last socket made while binding is the one that bound
+  });
   if (opt_.port == 0) {
     port_ = http_->bind_to_any_port(opt_.host);
     if (port_ <= 0) return Unavailable("cannot bind " + opt_.host + " to any port");
@@ -75,6 +154,11 @@ Status Server::Start() {
     }
     port_ = opt_.port;
   }
+  http_->set_socket_options(httplib::default_socket_options);
+  // cpp-httplib listens with a backlog of 5: a burst of connections (64 clients at once,
+  // or every agent after a server restart) overflows it, and the overflowed ones wait
+  // for retransmits or are reset. Listening again on a listening socket sets its backlog.
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   loop_thread_ = std::thread([this] { Loop(); });
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return Status::Ok();
@@ -84,6 +168,7 @@ std::string Server::Url() const { return "http://" + opt_.host + ":" + std::to_s
 
 void Server::Loop() {
   Timestamp last_tick{};
+  Duration last_pass{0};
   while (!stopping_.load()) {
     cluster_->WaitForWork(std::chrono::milliseconds(500));
     if (stopping_.load()) break;
@@ -92,10 +177,14 @@ void Server::Loop() {
     }
     const Timestamp now = clock_.Now();
     if (cluster_->NeedsPass() || now - last_tick >= opt_.pass_interval) {
-      // Let a burst of events land before the pass.
-      std::this_thread::sleep_for(opt_.coalesce);
+      // Let a burst of events land before the pass; and after a long pass (100,000
+      // Pending jobs), wait as long again, so that under a flood of submissions passes
+      // take at most about half of a core from the requests that cause them.
+      std::this_thread::sleep_for(std::max(opt_.coalesce, last_pass));
       last_tick = now;
+      const auto started = std::chrono::steady_clock::now();
       auto stats = cluster_->SchedulePass();
+      last_pass = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - started);
       if (!stats.ok()) std::cerr << "trainyard server: " << stats.status().ToString() << "\n";
     }
   }

@@ -34,7 +34,9 @@ struct ServerOptions {
   Duration node_timeout{15'000};
   Duration pass_interval{2'000};  // a pass at least this often
   Duration coalesce{20};          // wait this long after an event for more
-  int http_threads = 64;          // long polls each hold one
+  // Connections served at once: cpp-httplib gives each open connection a thread
+  // (started on demand); each agent's long poll holds one while it waits.
+  int http_threads = 4096;
 };
 
 class Server {
