@@ -13,34 +13,42 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::map<std::string, int16_t> types, leaves;
   std::unordered_map<std::string_view, int32_t> nvlink_ids;  // views into the snapshot
   nvlink_ids.reserve(snapshot.nodes.size() * 2);
-  // Model strings as nodes spell them, each normalised once (clusters have a few).
-  std::vector<std::pair<std::string_view, std::string>> models;
-  auto normalized = [&](const std::string& model) -> const std::string& {
-    for (const auto& [spelled, norm] : models) {
-      if (spelled == model) return norm;
+  // Model strings as nodes spell them (clusters have a few), each normalised once and
+  // then given its type id.
+  struct Model {
+    std::string_view spelled;
+    std::string normalized;
+    int16_t type = -1;
+  };
+  std::vector<Model> models;
+  auto model_of = [&](const std::string& spelled) -> Model& {
+    for (Model& m : models) {
+      if (m.spelled == spelled) return m;
     }
-    return models.emplace_back(model, NormalizeGpuType(model)).second;
+    return models.emplace_back(Model{spelled, NormalizeGpuType(spelled)});
   };
   // Intern in sorted order so that the index does not depend on node order.
   {
-    // Neighbours mostly share a model and a leaf: skip the maps when they repeat.
+    // Neighbours mostly share a model and a leaf: skip the lookups when they repeat.
     const std::string* model = nullptr;
     const std::string* leaf = nullptr;
     for (const Node& n : snapshot.nodes) {
       if (!n.gpus.empty() && (model == nullptr || *model != n.gpus.front().model)) {
         model = &n.gpus.front().model;
-        types.emplace(normalized(*model), 0);
+        model_of(*model);
       }
       if (leaf == nullptr || *leaf != n.topology.leaf) {
         leaf = &n.topology.leaf;
-        leaves.emplace(*leaf, 0);
+        if (leaves.find(*leaf) == leaves.end()) leaves.emplace(*leaf, 0);
       }
     }
   }
+  for (const Model& m : models) types.emplace(m.normalized, 0);
   for (auto& [name, id] : types) {
     id = static_cast<int16_t>(type_names_.size());
     type_names_.push_back(name);
   }
+  for (Model& m : models) m.type = types[m.normalized];
   for (auto& [name, id] : leaves) {
     id = static_cast<int16_t>(leaf_names_.size());
     leaf_names_.push_back(name);
@@ -83,7 +91,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     if (s.gpu_count > 0) {
       if (last_model == nullptr || *last_model != n.gpus.front().model) {
         last_model = &n.gpus.front().model;
-        last_type = types[normalized(n.gpus.front().model)];
+        last_type = model_of(n.gpus.front().model).type;
       }
       s.type = last_type;
       s.gpu_memory = n.GpuMemoryBytes();
