@@ -115,13 +115,13 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
         }
         last_domain_id = it->second;
       }
-      auto pos = std::find(s.nvlink_ids.begin(), s.nvlink_ids.end(), last_domain_id);
-      if (pos == s.nvlink_ids.end()) {
+      size_t pos = 0;
+      while (pos < s.nvlink_ids.size() && s.nvlink_ids[pos] != last_domain_id) ++pos;
+      if (pos == s.nvlink_ids.size()) {
         s.nvlink_ids.push_back(last_domain_id);
         s.nvlink_masks.push_back(0);
-        pos = s.nvlink_ids.end() - 1;
       }
-      s.nvlink_masks[pos - s.nvlink_ids.begin()] |= uint64_t{1} << g;
+      s.nvlink_masks[pos] |= uint64_t{1} << g;
     }
   }
 

@@ -13,6 +13,7 @@
 // Private to sched/. Thread-safety: none; one pass owns one index.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -23,6 +24,31 @@
 #include "sched/snapshot.h"
 
 namespace trainyard::sched {
+
+// A short list kept inline, spilling to the heap past N: nodes have one NVLink domain
+// or a few, and an index is rebuilt every pass, so two heap lists per node would be
+// thousands of allocations per pass. Only what NodeSlot needs of a vector.
+template <typename T, size_t N>
+class InlineList {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const T& operator[](size_t i) const { return i < N ? inline_[i] : spill_[i - N]; }
+  T& operator[](size_t i) { return i < N ? inline_[i] : spill_[i - N]; }
+  void push_back(const T& v) {
+    if (size_ < N) {
+      inline_[size_] = v;
+    } else {
+      spill_.push_back(v);
+    }
+    ++size_;
+  }
+
+ private:
+  std::array<T, N> inline_{};
+  std::vector<T> spill_;
+  size_t size_ = 0;
+};
 
 struct NodeSlot {
   int32_t node = 0;   // index into Snapshot::nodes
@@ -36,8 +62,8 @@ struct NodeSlot {
   Timestamp reserved_from{};   // earliest start among reservations on this node
   int64_t free_cpu = 0;        // millicores
   int64_t free_mem = 0;
-  std::vector<uint64_t> nvlink_masks;  // GPU positions per NVLink domain on this node
-  std::vector<int32_t> nvlink_ids;     // interned domain id of each mask
+  InlineList<uint64_t, 4> nvlink_masks;  // GPU positions per NVLink domain on this node
+  InlineList<int32_t, 4> nvlink_ids;     // interned domain id of each mask
 
   int FreeGpus() const { return __builtin_popcountll(free_mask); }
 };
