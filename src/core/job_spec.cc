@@ -1,5 +1,6 @@
 #include "core/job_spec.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <csignal>
@@ -302,9 +303,16 @@ std::vector<Diagnostic> ValidateSpec(const JobSpec& spec) {
                                    " parameters, got " + std::to_string(ex.params.size()));
   }
   for (const auto& [k, v] : ex.params) {
-    if (k.empty() || k.size() > 250 || BadText(k)) {
+    // Control characters would also make the JSON form's key (escaped, 6 bytes each)
+    // outgrow what a YAML reader accepts as a key (found by fuzz_job_spec).
+    const bool control = std::any_of(k.begin(), k.end(), [](char ch) {
+      return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+    });
+    if (k.empty() || k.size() > 250 || BadText(k) || control) {
       c.Add("experiment.params",
-            "parameter names must be 1 to 250 characters, got " + QuoteForMessage(k));
+            "parameter names must be 1 to 250 characters, none of them "
+            "control characters, got " +
+                QuoteForMessage(k));
     }
     if (v.size() > 6000 || BadText(v)) {
       c.Add("experiment.params." + k, "value must be at most 6000 characters without NUL bytes");

@@ -196,6 +196,8 @@ TEST(SpecCodecTest, RejectsManyBadInputs) {
       {"name: t\ncommand: [x]\ntime_limit: 400d\n",
        "time_limit: must be between 0 (none) and 366d"},
       {"name: t\ncommand: [x]\n---\nname: u\n", "holds 2 YAML documents; give one job per file"},
+      {"name: t\ncommand: [x]\nexperiment: {params: {\"a\\x1cb\": 1}}\n",
+       "parameter names must be 1 to 250 characters, none of them control characters"},
       // yaml-cpp's LoadAll never returns on these (found by fuzz_job_spec).
       {",", "not valid YAML: unexpected text after the end of a document"},
       {"name: t\ncommand: [x]\n]\n", "not valid YAML"},
