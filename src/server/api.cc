@@ -246,21 +246,24 @@ Result<CheckpointReport> ParseCheckpoint(std::string_view body) {
     }
     r.step = step->get<int64_t>();
   }
-  for (const char* key : {"duration_ms", "write_duration_ms"}) {
-    if (auto d = j.find(key); d != j.end() && !d->is_null()) {
-      if (!d->is_number() || d->get<double>() < 0) {
-        return InvalidArgument(std::string("checkpoint.") + key + ": expected a number >= 0, got " +
-                               d->dump());
-      }
-      r.write_duration = Duration(static_cast<int64_t>(d->get<double>()));
+  // A write time in `unit_ms` milliseconds, checked before it becomes an integer (a
+  // double beyond int64 is undefined to convert; found by fuzz_api_request).
+  constexpr double kMaxWriteMs = 30.0 * 24 * 3600 * 1000;  // 30 days
+  auto write_duration = [&](const char* key, double unit_ms) -> Status {
+    auto d = j.find(key);
+    if (d == j.end() || d->is_null()) return Status::Ok();
+    const double ms = d->is_number() ? d->get<double>() * unit_ms : -1;
+    if (!(ms >= 0 && ms <= kMaxWriteMs)) {
+      return InvalidArgument(std::string("checkpoint.") + key + ": expected a number from 0 to " +
+                             std::to_string(static_cast<int64_t>(kMaxWriteMs / unit_ms)) +
+                             " (30 days), got " + d->dump());
     }
-  }
-  if (auto d = j.find("duration_s"); d != j.end() && !d->is_null()) {
-    if (!d->is_number() || d->get<double>() < 0) {
-      return InvalidArgument("checkpoint.duration_s: expected a number >= 0, got " + d->dump());
-    }
-    r.write_duration = Duration(static_cast<int64_t>(d->get<double>() * 1000));
-  }
+    r.write_duration = Duration(static_cast<int64_t>(ms));
+    return Status::Ok();
+  };
+  TY_RETURN_IF_ERROR(write_duration("duration_ms", 1));
+  TY_RETURN_IF_ERROR(write_duration("write_duration_ms", 1));
+  TY_RETURN_IF_ERROR(write_duration("duration_s", 1000));
   return r;
 }
 

@@ -54,6 +54,21 @@ TEST(ParseSubmitTest, BadSpecsNameTheField) {
             StatusCode::kResourceExhausted);
 }
 
+TEST(ParseCheckpointTest, WriteTimesAreBounded) {
+  auto ok = ParseCheckpoint(R"({"path": "/ck/1", "step": 3, "duration_s": 1.5})");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->write_duration, Duration(1500));
+  // Beyond int64 as a double: rejected, not converted (found by fuzz_api_request).
+  auto huge = ParseCheckpoint(R"({"path": "/ck/1", "duration_ms": 2e113})");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(),
+              ::testing::HasSubstr("checkpoint.duration_ms: expected a number from 0 to "
+                                   "2592000000 (30 days), got 2e+113"));
+  EXPECT_FALSE(ParseCheckpoint(R"({"path": "/ck/1", "duration_s": 2592001})").ok());
+  EXPECT_FALSE(ParseCheckpoint(R"({"path": "/ck/1", "write_duration_ms": -1})").ok());
+  EXPECT_FALSE(ParseCheckpoint(R"({"path": "/ck/1", "duration_ms": "5"})").ok());
+}
+
 TEST(DecodeBase64Test, RoundTrips) {
   EXPECT_EQ(*DecodeBase64("aGVsbG8="), "hello");
   EXPECT_EQ(*DecodeBase64("aGVsbG8h"), "hello!");
