@@ -7,19 +7,16 @@
 // what the server reads).
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string_view>
 
 #include "agent/tail.h"
+#include "fuzz_check.h"
 #include "server/api.h"
 
 namespace {
 
 [[noreturn]] void Fail(const char* what, std::string_view text) {
-  std::fprintf(stderr, "fuzz_metrics_jsonl: %s\n--- input ---\n%.*s\n", what,
-               static_cast<int>(text.size()), text.data());
-  std::abort();
+  trainyard::fuzz::Fail("fuzz_metrics_jsonl", what, text);
 }
 
 }  // namespace
