@@ -10,6 +10,7 @@
 #include <set>
 
 #include "agent/tail.h"
+#include "http/tls.h"
 
 namespace trainyard::agent {
 namespace {
@@ -49,11 +50,13 @@ Agent::Agent(AgentOptions options, std::unique_ptr<GpuBackend> gpus)
   client_->set_read_timeout(std::chrono::seconds(10));
   client_->set_write_timeout(std::chrono::seconds(10));
   client_->set_tcp_nodelay(true);  // else a request's body waits for a delayed ACK
+  http::VerifyServer(*client_, options_.ca_cert);
   poll_client_ = std::make_unique<httplib::Client>(options_.server_url);
   poll_client_->set_connection_timeout(std::chrono::seconds(2));
   poll_client_->set_read_timeout(options_.poll_wait + std::chrono::seconds(10));
   poll_client_->set_write_timeout(std::chrono::seconds(10));
   poll_client_->set_tcp_nodelay(true);
+  http::VerifyServer(*poll_client_, options_.ca_cert);
 }
 
 Agent::~Agent() = default;
@@ -78,7 +81,7 @@ Agent::HttpReply Agent::Post(httplib::Client& client, const std::string& path, c
   auto res = client.Post(path, headers, Dump(body), "application/json");
   HttpReply reply;
   if (!res) {
-    reply.error = "no answer (" + httplib::to_string(res.error()) + ")";
+    reply.error = "no answer (" + http::DescribeError(res, client) + ")";
     return reply;
   }
   reply.status = res->status;
@@ -385,6 +388,9 @@ void Agent::StartTask(const agent::StartTask& spec) {
   // where the agent (or `trainyard up`) was started, e.g. a checkout of the repository.
   launch.workdir = spec.workdir;
   launch.log_path = t.log_path;
+  launch.allowed_dirs = options_.allowed_dirs;
+  launch.path_env = {"TRAINYARD_CHECKPOINT_DIR", "TRAINYARD_RESUME_FROM"};
+  launch.secret_env = spec.secret_env;
 
   Status failed = Status::Ok();
   for (int g : spec.gpus) {

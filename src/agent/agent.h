@@ -43,10 +43,18 @@ class Client;
 namespace trainyard::agent {
 
 struct AgentOptions {
-  std::string server_url;  // "http://host:port"
+  std::string server_url;  // "http://host:port" or "https://host:port"
+  // For https: the PEM certificates the server's certificate must chain to (a CA's, or
+  // the server's own); empty: the system's store. Never unverified (docs/tls.md).
+  std::string ca_cert;
   std::string join_token;
   std::string node_name;
   std::string data_dir;  // logs/, metrics/, preempt/ live here
+  // Directories (absolute) a task's working_dir, TRAINYARD_CHECKPOINT_DIR and
+  // TRAINYARD_RESUME_FROM must lie in once symlinks are resolved (--allowed-dirs);
+  // empty: anywhere. A task outside
+  // fails to start with a message that says why (agent/launcher.h).
+  std::vector<std::string> allowed_dirs;
   std::string address = "127.0.0.1";
   int64_t cpus = 1;
   int64_t memory_mib = 1024;

@@ -7,10 +7,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "core/job_spec.h"
+#include "core/spec_paths.h"
 
 namespace trainyard::agent {
 namespace {
@@ -55,7 +60,109 @@ int DupAbove2(int fd) {
 
 std::string Errno(int e) { return std::strerror(e); }
 
+std::string JoinDirs(const std::vector<std::string>& dirs) {
+  std::string out;
+  for (const std::string& d : dirs) out += (out.empty() ? "" : ", ") + d;
+  return out;
+}
+
+std::string CurrentDir() {
+  char buf[PATH_MAX];
+  return getcwd(buf, sizeof buf) != nullptr ? std::string(buf) : std::string("/");
+}
+
+// Checks the workdir (held open as `dir_fd`, -1 when none) and the path_env values of
+// `spec` against spec.allowed_dirs.
+Status CheckConfined(const LaunchSpec& spec, int dir_fd) {
+  std::string base;  // where the task starts, resolved
+  if (dir_fd < 0) {
+    base = CurrentDir();
+  } else {
+    // What the descriptor we hold (and will enter) is, not what its name means now.
+    char buf[PATH_MAX];
+    const std::string link = "/proc/self/fd/" + std::to_string(dir_fd);
+    ssize_t n = readlink(link.c_str(), buf, sizeof buf - 1);
+    if (n > 0 && buf[0] == '/') {
+      base.assign(buf, static_cast<size_t>(n));
+    } else {
+      // No /proc: resolve the name, and make sure it still is the directory we hold.
+      auto resolved = ResolvePath(spec.workdir, CurrentDir());
+      struct stat held {};
+      struct stat named {};
+      if (!resolved.ok() || fstat(dir_fd, &held) != 0 || stat(resolved->c_str(), &named) != 0 ||
+          held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
+        return FailedPrecondition("working_dir " + spec.workdir +
+                                  ": cannot tell where it leads (no /proc/self/fd, and its name "
+                                  "no longer leads to the directory opened); refused, since "
+                                  "this agent allows only " +
+                                  JoinDirs(spec.allowed_dirs));
+      }
+      base = *resolved;
+    }
+    TY_RETURN_IF_ERROR(CheckAllowedPath("working_dir", spec.workdir, base, spec.allowed_dirs));
+  }
+  for (const std::string& name : spec.path_env) {
+    auto it = spec.env.find(name);
+    if (it == spec.env.end() || it->second.empty()) continue;
+    auto resolved = ResolvePath(it->second, base);
+    if (!resolved.ok()) {
+      return Status(resolved.status().code(), name + " " + resolved.status().message());
+    }
+    TY_RETURN_IF_ERROR(CheckAllowedPath(name, it->second, *resolved, spec.allowed_dirs));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Result<std::string> ResolvePath(const std::string& path, const std::string& base) {
+  if (std::string problem = PathTextProblem(path); !problem.empty()) {
+    return InvalidArgument(path + ": " + problem);
+  }
+  std::string prefix = NormalizePath(path.starts_with('/') ? path : base + "/" + path);
+  std::string tail;  // the components that do not exist (yet)
+  for (;;) {
+    char buf[PATH_MAX];
+    if (realpath(prefix.c_str(), buf) != nullptr) {
+      std::string out = buf;
+      if (!tail.empty()) out += (out == "/" ? "" : "/") + tail;
+      return out;
+    }
+    const int e = errno;
+    if (e != ENOENT && e != ENOTDIR) {
+      return FailedPrecondition(path + ": cannot resolve " + prefix + ": " + Errno(e));
+    }
+    struct stat st {};
+    if (lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return FailedPrecondition(path + ": " + prefix +
+                                " is a symlink to something that does not exist, so where it "
+                                "leads cannot be checked");
+    }
+    const size_t slash = prefix.rfind('/');
+    if (slash == std::string::npos || prefix == "/") {
+      return FailedPrecondition(path + ": cannot resolve " + prefix + ": " + Errno(e));
+    }
+    const std::string last = prefix.substr(slash + 1);
+    tail = tail.empty() ? last : last + "/" + tail;
+    prefix = slash == 0 ? "/" : prefix.substr(0, slash);
+  }
+}
+
+Status CheckAllowedPath(const std::string& what, const std::string& path,
+                        const std::string& resolved, const std::vector<std::string>& allowed_dirs) {
+  for (const std::string& dir : allowed_dirs) {
+    // An allowed dir may itself be (or pass through) a symlink: compare real paths.
+    char buf[PATH_MAX];
+    const std::string real = realpath(dir.c_str(), buf) != nullptr ? buf : NormalizePath(dir);
+    if (PathWithin(resolved, real) || PathWithin(resolved, NormalizePath(dir))) {
+      return Status::Ok();
+    }
+  }
+  std::string where = resolved == NormalizePath(path) ? " is" : " resolves to " + resolved + ",";
+  return FailedPrecondition(what + " " + path + where +
+                            " outside the directories this agent allows (--allowed-dirs " +
+                            JoinDirs(allowed_dirs) + ")");
+}
 
 std::string ResolveProgram(const std::string& program, const std::string& path_value) {
   if (program.find('/') != std::string::npos) return program;
@@ -80,6 +187,10 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
   if (spec.argv.empty() || spec.argv[0].empty()) {
     return InvalidArgument("argv: must name a program, got an empty argv");
   }
+  // Messages may name env values (PATH); the secret ones never.
+  auto redacted = [&spec](const Status& s) {
+    return Status(s.code(), RedactSecretValues(spec.env, spec.secret_env, s.message()));
+  };
   std::string path_value;
   if (auto it = spec.env.find("PATH"); it != spec.env.end()) {
     path_value = it->second;
@@ -88,7 +199,25 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
   }
   std::string program = ResolveProgram(spec.argv[0], path_value);
   if (program.empty()) {
-    return NotFound("execve " + spec.argv[0] + ": not found in PATH " + path_value);
+    return redacted(NotFound("execve " + spec.argv[0] + ": not found in PATH " + path_value));
+  }
+
+  // The workdir is opened here and entered with fchdir in the child, so the directory
+  // checked is the directory entered.
+  int dir_fd = -1;
+  if (!spec.workdir.empty()) {
+    dir_fd = open(spec.workdir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+      const int e = errno;
+      return Status(e == ENOENT ? StatusCode::kNotFound : StatusCode::kFailedPrecondition,
+                    "chdir " + spec.workdir + ": " + Errno(e));
+    }
+  }
+  if (!spec.allowed_dirs.empty()) {
+    if (Status s = CheckConfined(spec, dir_fd); !s.ok()) {
+      if (dir_fd >= 0) close(dir_fd);
+      return redacted(s);
+    }
   }
 
   // Everything the child needs is built before fork: it may not allocate.
@@ -106,12 +235,17 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
   if (log_path.has_parent_path()) {
     std::filesystem::create_directories(log_path.parent_path(), ec);
     if (ec) {
+      if (dir_fd >= 0) close(dir_fd);
       return Internal("log file " + spec.log_path +
                       ": cannot create its directory: " + ec.message());
     }
   }
   int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return Internal("log file " + spec.log_path + ": " + Errno(errno));
+  if (log_fd < 0) {
+    const int e = errno;
+    if (dir_fd >= 0) close(dir_fd);
+    return Internal("log file " + spec.log_path + ": " + Errno(e));
+  }
   log_fd = DupAbove2(log_fd);
   int null_fd = DupAbove2(open("/dev/null", O_RDONLY | O_CLOEXEC));
   int pipe_fds[2];
@@ -119,6 +253,7 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
     int e = errno;
     if (log_fd >= 0) close(log_fd);
     if (null_fd >= 0) close(null_fd);
+    if (dir_fd >= 0) close(dir_fd);
     return Internal("starting " + spec.argv[0] + ": " + Errno(e));
   }
 
@@ -129,6 +264,7 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
     close(null_fd);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
+    if (dir_fd >= 0) close(dir_fd);
     return ResourceExhausted("fork: " + Errno(e));
   }
   if (pid == 0) {
@@ -141,9 +277,7 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
     dfl.sa_handler = SIG_DFL;
     for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
     if (setsid() < 0) ChildFail(err_fd, kStageSetsid);
-    if (!spec.workdir.empty() && chdir(spec.workdir.c_str()) != 0) {
-      ChildFail(err_fd, kStageChdir);
-    }
+    if (dir_fd >= 0 && fchdir(dir_fd) != 0) ChildFail(err_fd, kStageChdir);
     dup2(null_fd, 0);
     dup2(log_fd, 1);
     dup2(log_fd, 2);
@@ -155,6 +289,7 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
   close(pipe_fds[1]);
   close(log_fd);
   close(null_fd);
+  if (dir_fd >= 0) close(dir_fd);
   ChildFailure failure{};
   ssize_t n;
   do {
@@ -170,7 +305,7 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
                                                        : "execve " + program;
     Status s(failure.error == ENOENT ? StatusCode::kNotFound : StatusCode::kFailedPrecondition,
              what + ": " + Errno(failure.error));
-    return s;
+    return redacted(s);
   }
   return std::unique_ptr<TaskProcess>(new TaskProcess(pid));
 }

@@ -2,10 +2,13 @@
 // stops it with the escalation the preemption protocol prescribes.
 //
 // A task is started with fork + setsid + execve of an argv vector and an explicit
-// environment (never through a shell), in its workdir, with stdout and stderr appended
-// to one log file. Signals go to the whole process group, so a rank's own children
-// (data loader workers, a wrapper script's child) are stopped with it. When the leader
-// exits, whatever is left of its group is killed: a task's processes never outlive it.
+// environment (never through a shell: each argv element reaches the program as is,
+// metacharacters and all), in its workdir, with stdout and stderr appended to one log
+// file. When the agent confines tasks to allowed directories, the workdir and the
+// paths named in `path_env` are checked after resolving symlinks before anything runs. Signals go
+// to the whole process group, so a rank's own children (data loader workers, a wrapper script's
+// child) are stopped with it. When the leader exits, whatever is left of its group is killed: a
+// task's processes never outlive it.
 //
 // Escalation is a state machine driven by Tick(now) with the time handed in: Stop and
 // Preempt send the first signal at once and record deadlines; Tick sends the later
@@ -34,6 +37,16 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;
   std::string workdir;   // empty: the agent's working directory
   std::string log_path;  // stdout+stderr appended here; parent directories are created
+  // Directories (absolute) the task's paths must lie in once symlinks are resolved (the
+  // agent's --allowed-dirs); empty: anywhere. Checked: the workdir, as the directory
+  // actually entered (opened, checked, then entered with fchdir, so a symlink swapped
+  // in meanwhile cannot redirect it), and the value of every variable of `env` named
+  // in `path_env` (relative values against the workdir). The agent's own working
+  // directory, used when workdir is empty, is not checked.
+  std::vector<std::string> allowed_dirs;
+  std::vector<std::string> path_env;
+  // Names of variables of `env` whose values never appear in an error message.
+  std::vector<std::string> secret_env;
 };
 
 // SIGKILL follows the SIGTERM of a preemption this long after it.
@@ -41,9 +54,11 @@ inline constexpr Duration kPreemptKillDelay = std::chrono::seconds(10);
 
 class TaskProcess {
  public:
-  // Starts the task. Returns an error when the log file cannot be opened, or when the
-  // child could not chdir or execve (then the message says which and why, e.g.
-  // "execve /no/such: No such file or directory"); the child has been reaped by then.
+  // Starts the task. Returns an error when the log file cannot be opened, when a path
+  // lies outside spec.allowed_dirs (FailedPrecondition; the message names the path,
+  // where it leads and what is allowed), or when the child could not chdir or execve
+  // (then the message says which and why, e.g. "execve /no/such: No such file or
+  // directory"); the child has been reaped by then.
   static Result<std::unique_ptr<TaskProcess>> Start(const LaunchSpec& spec);
 
   ~TaskProcess();  // does not kill the task: callers decide (see Stop).
@@ -94,5 +109,18 @@ class TaskProcess {
 // Resolves a bare program name against a PATH value ("a:b:c"); a name with a '/' is
 // returned as is. Returns empty when nothing executable is found.
 std::string ResolveProgram(const std::string& program, const std::string& path_value);
+
+// Where `path` leads once every symlink is followed: relative paths are taken against
+// `base` (absolute), then the longest prefix that exists goes through realpath(3) and
+// the components that do not exist yet are appended. Refuses (InvalidArgument /
+// FailedPrecondition, naming the path) a ".." component and a dangling symlink, whose
+// target would only be known once something is created through it.
+Result<std::string> ResolvePath(const std::string& path, const std::string& base);
+
+// OK when `resolved` (absolute, no symlinks) is in one of `allowed_dirs` (themselves
+// resolved when they exist); else FailedPrecondition: "<what> <path> resolves to
+// <resolved>, outside the directories this agent allows (<dirs>)".
+Status CheckAllowedPath(const std::string& what, const std::string& path,
+                        const std::string& resolved, const std::vector<std::string>& allowed_dirs);
 
 }  // namespace trainyard::agent

@@ -1,6 +1,7 @@
 #include "agent/launcher.h"
 
 #include <dirent.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -216,6 +217,161 @@ TEST_F(LauncherTest, PreemptWritesNoticeSignalsThenEscalates) {
   WaitExit(p);
   EXPECT_EQ(p.term_signal(), SIGKILL);
   EXPECT_TRUE(WaitFor([&] { return LiveInGroup(p.pid()) == 0; }));
+}
+
+// Requirement: argv and env reach execve as vectors, never through a shell, so shell
+// metacharacters are data. Nothing here may run `touch` or `rm`.
+TEST_F(LauncherTest, ShellMetacharactersInArgvAndEnvArriveVerbatim) {
+  const fs::path marker = dir_ / "pwned";
+  const fs::path keep = dir_ / "keep";
+  std::ofstream(keep) << "x";
+  const std::vector<std::string> args = {
+      "$(touch " + marker.string() + "); rm -rf " + keep.string(),
+      "`touch " + marker.string() + "`",
+      "a;b|c&&d>" + marker.string(),
+      "*",
+      "~ $HOME ${PATH}",
+      "'single' \"double\" \\back",
+      "two\nlines",
+      "",
+  };
+  std::vector<std::string> argv = {"/usr/bin/printf", "[%s]\n"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto t = TaskProcess::Start(Spec(argv));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WaitExit(**t);
+  EXPECT_EQ((*t)->exit_code(), 0);
+  std::string expected;
+  for (const std::string& a : args) expected += "[" + a + "]\n";
+  EXPECT_EQ(Log(), expected);
+
+  fs::remove(dir_ / "logs" / "7" / "1" / "rank-0.log");
+  LaunchSpec s = Spec({"/usr/bin/env"});
+  s.env["EVIL"] = "$(touch " + marker.string() + ")`touch " + marker.string() + "`; rm -rf /";
+  auto env = TaskProcess::Start(s);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  WaitExit(**env);
+  EXPECT_THAT("\n" + Log(), ::testing::HasSubstr("\nEVIL=" + s.env["EVIL"] + "\n"));
+
+  EXPECT_FALSE(fs::exists(marker)) << "a shell ran the input";
+  EXPECT_TRUE(fs::exists(keep)) << "a shell ran the input";
+}
+
+TEST_F(LauncherTest, ErrorMessagesNeverShowSecretEnvValues) {
+  LaunchSpec s = Spec({"no-such-program-xyz"});
+  s.env["PATH"] = "/opt/hf_s3cr3t/bin:/usr/bin";
+  s.secret_env = {"PATH"};
+  auto t = TaskProcess::Start(s);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "execve no-such-program-xyz: not found in PATH <redacted>");
+}
+
+class ConfinedLaunchTest : public LauncherTest {
+ protected:
+  void SetUp() override {
+    LauncherTest::SetUp();
+    allowed_ = dir_ / "allowed";
+    outside_ = dir_ / "outside";
+    fs::create_directories(allowed_ / "work");
+    fs::create_directories(outside_);
+  }
+  LaunchSpec Confined(const std::string& workdir) {
+    LaunchSpec s = Spec({"/bin/sh", "-c", "pwd"});
+    s.workdir = workdir;
+    s.allowed_dirs = {allowed_.string()};
+    s.path_env = {"TRAINYARD_CHECKPOINT_DIR"};
+    return s;
+  }
+  fs::path allowed_, outside_;
+};
+
+TEST_F(ConfinedLaunchTest, RunsInsideTheAllowedDirs) {
+  LaunchSpec s = Confined((allowed_ / "work").string());
+  s.env["TRAINYARD_CHECKPOINT_DIR"] = (allowed_ / "ckpt" / "not-yet" / "there").string();
+  auto t = TaskProcess::Start(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WaitExit(**t);
+  EXPECT_EQ(Log(), fs::canonical(allowed_ / "work").string() + "\n");
+  // Relative values are relative to the workdir; a symlink that stays inside is fine.
+  fs::create_directory_symlink(allowed_ / "work", allowed_ / "alias");
+  s = Confined((allowed_ / "alias").string());
+  s.env["TRAINYARD_CHECKPOINT_DIR"] = "ckpt";
+  auto again = TaskProcess::Start(s);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  WaitExit(**again);
+}
+
+TEST_F(ConfinedLaunchTest, SymlinkedWorkdirLeadingOutsideIsRefused) {
+  fs::create_directory_symlink(outside_, allowed_ / "escape");
+  LaunchSpec s = Confined((allowed_ / "escape").string());
+  auto t = TaskProcess::Start(s);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(t.status().message(),
+            "working_dir " + s.workdir + " resolves to " + fs::canonical(outside_).string() +
+                ", outside the directories this agent allows (--allowed-dirs " + allowed_.string() +
+                ")");
+  EXPECT_EQ(Log(), "") << "nothing ran";
+
+  // A plain directory outside, and a ".." that climbs out.
+  auto plain = TaskProcess::Start(Confined(outside_.string()));
+  ASSERT_FALSE(plain.ok());
+  EXPECT_THAT(plain.status().message(),
+              ::testing::HasSubstr(" is outside the directories this agent allows"));
+  auto climb = TaskProcess::Start(Confined((allowed_ / "work" / ".." / "..").string()));
+  ASSERT_FALSE(climb.ok());
+  EXPECT_THAT(climb.status().message(), ::testing::HasSubstr("outside the directories"));
+}
+
+TEST_F(ConfinedLaunchTest, SymlinkedCheckpointDirLeadingOutsideIsRefused) {
+  fs::create_directory_symlink(outside_, allowed_ / "ckpt");
+  LaunchSpec s = Confined((allowed_ / "work").string());
+  s.env["TRAINYARD_CHECKPOINT_DIR"] = (allowed_ / "ckpt" / "vision" / "7").string();
+  auto t = TaskProcess::Start(s);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "TRAINYARD_CHECKPOINT_DIR " + s.env["TRAINYARD_CHECKPOINT_DIR"] + " resolves to " +
+                (fs::canonical(outside_) / "vision" / "7").string() +
+                ", outside the directories this agent allows (--allowed-dirs " + allowed_.string() +
+                ")");
+
+  // Relative to the workdir, through the same symlink.
+  s.env["TRAINYARD_CHECKPOINT_DIR"] = "../ckpt";
+  auto rel = TaskProcess::Start(s);
+  ASSERT_FALSE(rel.ok());
+  EXPECT_THAT(rel.status().message(), ::testing::HasSubstr("\"..\" component"));
+
+  // A dangling symlink: where it leads is only known once something creates it.
+  fs::create_directory_symlink(outside_ / "later", allowed_ / "dangling");
+  s.env["TRAINYARD_CHECKPOINT_DIR"] = (allowed_ / "dangling" / "x").string();
+  auto dangling = TaskProcess::Start(s);
+  ASSERT_FALSE(dangling.ok());
+  EXPECT_THAT(dangling.status().message(),
+              ::testing::HasSubstr("is a symlink to something that does not exist"));
+}
+
+TEST_F(ConfinedLaunchTest, AllowedDirsAreComparedAsRealPaths) {
+  // The admin names a symlink to the real directory.
+  fs::create_directory_symlink(allowed_, dir_ / "allowed-link");
+  LaunchSpec s = Confined((allowed_ / "work").string());
+  s.allowed_dirs = {(dir_ / "allowed-link").string()};
+  auto t = TaskProcess::Start(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  WaitExit(**t);
+}
+
+TEST(ResolvePathTest, FollowsSymlinksOfTheExistingPrefix) {
+  const fs::path d = fs::temp_directory_path() / ("trainyard-resolve-" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d / "real" / "sub");
+  fs::create_directory_symlink(d / "real", d / "link");
+  const std::string real = fs::canonical(d / "real").string();
+  EXPECT_EQ(*ResolvePath((d / "link" / "sub").string(), "/"), real + "/sub");
+  EXPECT_EQ(*ResolvePath((d / "link" / "new" / "deeper").string(), "/"), real + "/new/deeper");
+  EXPECT_EQ(*ResolvePath("sub/./x", (d / "link").string()), real + "/sub/x");
+  EXPECT_EQ(*ResolvePath("/", "/"), "/");
+  EXPECT_FALSE(ResolvePath((d / "real" / ".." / "x").string(), "/").ok());
+  fs::remove_all(d);
 }
 
 TEST(ResolveProgramTest, SearchesPathForBareNames) {

@@ -65,6 +65,17 @@ Result<StartTask> ParseStart(const json& t) {
       s.gpus.push_back(g.get<int>());
     }
   }
+  if (auto secret = t.find("secret_env"); secret != t.end() && !secret->is_null()) {
+    if (!secret->is_array()) {
+      return FieldError("task " + s.task_id + ": secret_env", *secret, "a list of names");
+    }
+    for (const auto& name : *secret) {
+      if (!name.is_string()) {
+        return FieldError("task " + s.task_id + ": secret_env", name, "names");
+      }
+      s.secret_env.push_back(name.get<std::string>());
+    }
+  }
   return s;
 }
 

@@ -45,6 +45,7 @@ struct StartTask {
   int64_t rank = 0;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  std::vector<std::string> secret_env;  // keys of env whose values are never shown
   std::string workdir;
   std::vector<int> gpus;
 };

@@ -17,7 +17,9 @@
 #include "agent/nvml.h"
 #include "cli/app.h"
 #include "core/names.h"
+#include "core/spec_paths.h"
 #include "core/units.h"
+#include "http/tls.h"
 
 namespace trainyard::cli {
 namespace {
@@ -94,6 +96,14 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
   }
   o.server_url = f.server;
   while (o.server_url.size() > 1 && o.server_url.back() == '/') o.server_url.pop_back();
+  if (!f.ca_cert.empty()) {
+    if (f.server.rfind("https://", 0) != 0) {
+      return InvalidArgument("--ca-cert: verifies an https:// server, but --server is " +
+                             QuoteForMessage(f.server));
+    }
+    TY_RETURN_IF_ERROR(http::CheckCaFile("--ca-cert", f.ca_cert));
+    o.ca_cert = std::filesystem::absolute(f.ca_cert).lexically_normal().string();
+  }
   if (f.join_token.empty()) {
     return InvalidArgument("--join-token: must not be empty (the token the server printed)");
   }
@@ -102,6 +112,7 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
   o.node_name = f.name;
   if (f.data_dir.empty()) return InvalidArgument("--data-dir: must not be empty");
   o.data_dir = std::filesystem::absolute(f.data_dir).lexically_normal().string();
+  TY_ASSIGN_OR_RETURN(o.allowed_dirs, ParseAllowedDirs("--allowed-dirs", f.allowed_dirs));
 
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   o.cpus = f.cpus != 0 ? f.cpus : std::max<long>(1, online);
@@ -203,6 +214,15 @@ int RunAgent(const AgentCommandOptions& flags, std::ostream& out, std::ostream& 
     gpus = std::make_unique<agent::NoGpus>();
   }
 
+  // OpenSSL writes to its sockets without MSG_NOSIGNAL: a server that closes an https
+  // connection while the agent sends would kill it with SIGPIPE. With a handler that
+  // does nothing the write fails with EPIPE and the agent retries; exec resets the
+  // handler, so tasks start with the default.
+  struct sigaction on_pipe {};
+  on_pipe.sa_handler = [](int) {};
+  sigemptyset(&on_pipe.sa_mask);
+  sigaction(SIGPIPE, &on_pipe, nullptr);
+
   // SIGINT/SIGTERM are taken by a thread of our own (sigtimedwait), so that the agent
   // loop, its poll thread and libraries never run a handler. Tasks unblock them again.
   sigset_t stop_signals, old_mask;
@@ -241,12 +261,19 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
       "Run the node agent: register this machine with a server, run the tasks it assigns,\n"
       "report GPU telemetry, exits, logs and metrics. SIGINT/SIGTERM stop the tasks (SIGTERM,\n"
       "SIGKILL after --stop-grace) and exit. See docs/agent.md.");
-  cmd->add_option("--server", o->server, "Server URL, http://HOST:PORT")->required();
+  cmd->add_option("--server", o->server, "Server URL, http://HOST:PORT or https://HOST:PORT")
+      ->required();
+  cmd->add_option("--ca-cert", o->ca_cert,
+                  "PEM file of the CA (or the server certificate) to verify an https:// server "
+                  "with (default: the system's CA store); see docs/tls.md");
   cmd->add_option("--join-token", o->join_token, "Token the server accepts agents with")
       ->required();
   cmd->add_option("--name", o->name, "Node name, unique in the cluster")->required();
   cmd->add_option("--data-dir", o->data_dir, "Where task logs, metrics and notices are kept")
       ->required();
+  cmd->add_option("--allowed-dirs", o->allowed_dirs,
+                  "DIR[,DIR...]: a task's working_dir and checkpoint paths must lie in these once "
+                  "symlinks are resolved, else it fails to start (default: anywhere)");
   cmd->add_option("--simulated-gpus", o->simulated_gpus,
                   "Simulate N GPUs instead of discovering them through NVML");
   cmd->add_option("--gpu-type", o->gpu_type, "Type of the simulated GPUs")->capture_default_str();

@@ -2,10 +2,10 @@
 // tasks the server assigns, reports GPU telemetry, task exits, logs and metrics
 // (docs/agent.md; wire protocol in docs/agent-protocol.md).
 //
-//   trainyard agent --server URL --join-token T --name NODE --data-dir DIR
+//   trainyard agent --server URL [--ca-cert FILE] --join-token T --name NODE --data-dir DIR
 //                   [--simulated-gpus N --gpu-type H100] [--cpus N] [--memory 512Gi]
 //                   [--address IP] [--leaf L] [--nvlink-domain D] [--label k=v ...]
-//                   [--heartbeat-interval 1s] [--stop-grace 10s]
+//                   [--heartbeat-interval 1s] [--stop-grace 10s] [--allowed-dirs DIR,...]
 //
 // Runs until SIGINT or SIGTERM; then stops its tasks (SIGTERM, SIGKILL after
 // --stop-grace), reports their exits and returns.
@@ -26,10 +26,12 @@ namespace trainyard::cli {
 
 struct AgentCommandOptions {
   std::string server;
+  std::string ca_cert;  // empty: the system's store (for an https server)
   std::string join_token;
   std::string name;
   std::string data_dir;
-  int simulated_gpus = -1;  // -1: discover through NVML
+  std::string allowed_dirs;  // DIR[,DIR...]; empty: anywhere
+  int simulated_gpus = -1;   // -1: discover through NVML
   std::string gpu_type = "H100";
   int64_t cpus = 0;     // 0: this machine's online CPUs
   std::string memory;   // empty: this machine's MemTotal

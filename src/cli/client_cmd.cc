@@ -15,6 +15,7 @@
 #include "cli/app.h"
 #include "cli/server_cmd.h"
 #include "core/units.h"
+#include "http/tls.h"
 
 namespace trainyard::cli {
 namespace {
@@ -25,6 +26,8 @@ struct Common {
   std::string server;
   std::string data_dir;
   std::string output = "text";
+  std::string ca_cert;     // https: verify the server against it; empty: the system's store
+  std::string token_file;  // the API token; see Api::Connect
 };
 
 // A failed call: the message to print and the exit status.
@@ -52,14 +55,39 @@ class Api {
       }
     }
     while (!url.empty() && url.back() == '/') url.pop_back();
-    return Api(url);
+    Api api(url, c.ca_cert);
+    // The API token: TRAINYARD_TOKEN, else the file --token-file names, else the one
+    // `trainyard up` / the server's first start wrote to DATA_DIR/token. Never a flag
+    // value (it would show in `ps`).
+    if (const char* env = std::getenv("TRAINYARD_TOKEN"); env != nullptr && *env) {
+      api.token_ = env;
+    } else {
+      const std::string file =
+          !c.token_file.empty() ? c.token_file
+                                : (c.data_dir.empty() ? DefaultDataDir() : c.data_dir) + "/token";
+      std::ifstream in(file);
+      std::getline(in, api.token_);
+      if (!in && !c.token_file.empty()) {
+        return Failure{"--token-file: cannot read " + c.token_file};
+      }
+    }
+    while (!api.token_.empty() && std::isspace(static_cast<unsigned char>(api.token_.back()))) {
+      api.token_.pop_back();
+    }
+    if (!api.token_.empty()) {
+      api.client_->set_default_headers({{"Authorization", "Bearer " + api.token_}});
+    }
+    return api;
   }
 
   // The JSON body of a 2xx answer, or a Failure naming the problem.
   std::variant<json, Failure> Call(const std::string& method, const std::string& path,
                                    const std::string& body = "") {
-    httplib::Result res = method == "GET" ? client_->Get(path.c_str())
-                                          : client_->Post(path.c_str(), body, "application/yaml");
+    httplib::Result res = method == "GET"      ? client_->Get(path.c_str())
+                          : method == "DELETE" ? client_->Delete(path.c_str())
+                          : method == "PATCH"
+                              ? client_->Patch(path.c_str(), body, "application/json")
+                              : client_->Post(path.c_str(), body, "application/yaml");
     if (!res) {
       return Failure{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())};
     }
@@ -68,6 +96,9 @@ class Api {
       std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
                             ? j["error"].get<std::string>()
                             : "HTTP " + std::to_string(res->status);
+      if (res->status == 401) {
+        msg += token_.empty() ? " (no token found: set TRAINYARD_TOKEN or pass --token-file)" : "";
+      }
       return Failure{msg, res->status == 400 || res->status == 413 ? kExitUsage : kExitFailure};
     }
     if (j.is_discarded()) return Failure{"the server's answer is not JSON"};
@@ -77,8 +108,9 @@ class Api {
   httplib::Client& client() { return *client_; }
 
  private:
-  explicit Api(std::string url)
+  Api(std::string url, const std::string& ca_cert)
       : url_(std::move(url)), client_(std::make_shared<httplib::Client>(url_)) {
+    http::VerifyServer(*client_, ca_cert);
     client_->set_read_timeout(60, 0);
     client_->set_connection_timeout(5, 0);
     // The body follows the headers in a second write: without this it waits for the
@@ -87,6 +119,7 @@ class Api {
   }
   std::string url_;
   std::shared_ptr<httplib::Client> client_;
+  std::string token_;
 };
 
 std::string Pad(std::string s, size_t w) {
@@ -147,7 +180,13 @@ int WithApi(const Common& c, std::ostream& err, const std::string& cmd, Body bod
 void AddCommon(CLI::App* cmd, Common& c, bool output) {
   cmd->add_option("--server", c.server,
                   "Server URL (else $TRAINYARD_SERVER, else DATA_DIR/server.url)");
-  cmd->add_option("--data-dir", c.data_dir, "Local cluster data dir holding server.url");
+  cmd->add_option("--data-dir", c.data_dir, "Local cluster data dir holding server.url and token");
+  cmd->add_option("--token-file", c.token_file,
+                  "File holding the API token (default: $TRAINYARD_TOKEN, else DATA_DIR/token)");
+  cmd->add_option("--ca-cert", c.ca_cert,
+                  "PEM file of the CA (or the server certificate) to verify an https:// server "
+                  "with (default: the system's CA store); see docs/tls.md")
+      ->envname("TRAINYARD_CA_CERT");
   if (output) {
     cmd->add_option("-o,--output", c.output, "Output format")
         ->check(CLI::IsMember({"text", "json"}))
@@ -508,6 +547,237 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
           rows.push_back({Str(q, "tenant"), Str(q, "name"), Str(q, "guaranteed_gpus"),
                           Str(q, "limit_gpus"), Str(q, "gpus_in_use"), Str(q, "gpus_borrowed"),
                           Str(q, "running_jobs"), Str(q, "pending_jobs")});
+        }
+        Table(out, rows);
+        return std::nullopt;
+      });
+    });
+  }
+  // --- identity: whoami, users, tokens, audit ---
+  {
+    auto c = std::make_shared<Common>();
+    CLI::App* cmd = app.add_subcommand("whoami", "Show the user, tenant and role of your token");
+    AddCommon(cmd, *c, true);
+    cmd->callback([c, &exit_code, &out, &err] {
+      exit_code = WithApi(*c, err, "whoami", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("GET", "/api/v1/whoami"));
+        if (c->output == "json") {
+          out << res.dump() << "\n";
+        } else {
+          out << Str(res, "user") << " (" << Str(res, "role")
+              << (Str(res, "tenant").empty() ? "" : " of tenant " + Str(res, "tenant"))
+              << (Str(res, "token_id").empty() ? "" : "; token " + Str(res, "token_id")) << ")\n";
+        }
+        return std::nullopt;
+      });
+    });
+  }
+  {
+    CLI::App* users =
+        app.add_subcommand("users", "List and manage users (tenant-admin or cluster-admin)");
+    auto lc = std::make_shared<Common>();
+    AddCommon(users, *lc, true);
+    auto print_users = [&out](const Common& c, const json& list) {
+      if (c.output == "json") {
+        out << list.dump() << "\n";
+        return;
+      }
+      std::vector<std::vector<std::string>> rows = {
+          {"NAME", "TENANT", "ROLE", "PRIORITY-CLASSES", "CREATED-BY"}};
+      for (const auto& u : list) {
+        std::string classes;
+        for (const auto& pc : u["priority_classes"]) {
+          classes += (classes.empty() ? "" : ",") + pc.get<std::string>();
+        }
+        rows.push_back(
+            {Str(u, "name"), Str(u, "tenant"), Str(u, "role"), classes, Str(u, "created_by")});
+      }
+      Table(out, rows);
+    };
+    users->callback([users, lc, print_users, &exit_code, &err] {
+      if (!users->get_subcommands().empty()) return;
+      exit_code = WithApi(*lc, err, "users", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("GET", "/api/v1/users"));
+        print_users(*lc, res["users"]);
+        return std::nullopt;
+      });
+    });
+    struct F {
+      Common c;
+      std::string name, tenant, role;
+      std::vector<std::string> classes;
+    };
+    auto cf = std::make_shared<F>();
+    CLI::App* create = users->add_subcommand("create", "Create a user in a tenant");
+    AddCommon(create, cf->c, true);
+    create->add_option("name", cf->name, "User name (a-z 0-9 . _ -)")->required();
+    create->add_option("--tenant", cf->tenant,
+                       "Tenant (created with a default queue if new; default: yours)");
+    create->add_option("--role", cf->role,
+                       "viewer, member (default), tenant-admin or cluster-admin");
+    create->add_option("--priority-class", cf->classes,
+                       "Grant a priority class above the default (repeatable; cluster-admin)");
+    create->callback([cf, print_users, &exit_code, &err] {
+      exit_code = WithApi(cf->c, err, "users create", [&](Api& api) -> std::optional<Failure> {
+        json body = {{"name", cf->name}};
+        if (!cf->tenant.empty()) body["tenant"] = cf->tenant;
+        if (!cf->role.empty()) body["role"] = cf->role;
+        if (!cf->classes.empty()) body["priority_classes"] = cf->classes;
+        TY_CALL(res, api.Call("POST", "/api/v1/users", body.dump()));
+        print_users(cf->c, json::array({res}));
+        return std::nullopt;
+      });
+    });
+    auto uf = std::make_shared<F>();
+    CLI::App* update =
+        users->add_subcommand("update", "Change a user's role or granted priority classes");
+    AddCommon(update, uf->c, true);
+    update->add_option("name", uf->name, "User name")->required();
+    update->add_option("--role", uf->role, "viewer, member, tenant-admin or cluster-admin");
+    auto* grant = update->add_option("--priority-class", uf->classes,
+                                     "The priority classes granted, replacing the list "
+                                     "(repeatable; pass \"\" for none; cluster-admin)");
+    update->callback([uf, grant, print_users, &exit_code, &err] {
+      exit_code = WithApi(uf->c, err, "users update", [&](Api& api) -> std::optional<Failure> {
+        json body = json::object();
+        if (!uf->role.empty()) body["role"] = uf->role;
+        if (grant->count() > 0) {
+          json classes = json::array();
+          for (const auto& pc : uf->classes) {
+            if (!pc.empty()) classes.push_back(pc);
+          }
+          body["priority_classes"] = classes;
+        }
+        TY_CALL(res,
+                api.Call("PATCH", "/api/v1/users/" + httplib::detail::encode_query_param(uf->name),
+                         body.dump()));
+        print_users(uf->c, json::array({res}));
+        return std::nullopt;
+      });
+    });
+    auto df = std::make_shared<F>();
+    CLI::App* del = users->add_subcommand("delete", "Delete a user and its tokens");
+    AddCommon(del, df->c, false);
+    del->add_option("name", df->name, "User name")->required();
+    del->callback([df, &exit_code, &out, &err] {
+      exit_code = WithApi(df->c, err, "users delete", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("DELETE",
+                              "/api/v1/users/" + httplib::detail::encode_query_param(df->name)));
+        out << "deleted user " << df->name << "\n";
+        return std::nullopt;
+      });
+    });
+  }
+  {
+    struct F {
+      Common c;
+      std::string user, description, expires, id;
+    };
+    CLI::App* tokens = app.add_subcommand(
+        "tokens", "List, create and revoke API tokens (your own; a tenant-admin's for its users)");
+    auto lf = std::make_shared<F>();
+    AddCommon(tokens, lf->c, true);
+    tokens->add_option("--user", lf->user, "Whose tokens (default: yours)");
+    auto age = [](const json& t, const char* key) {
+      auto it = t.find(key);
+      if (it == t.end() || it->is_null()) return std::string("-");
+      return FormatTimestamp(Timestamp(Duration(it->get<int64_t>())));
+    };
+    tokens->callback([tokens, lf, age, &exit_code, &out, &err] {
+      if (!tokens->get_subcommands().empty()) return;
+      exit_code = WithApi(lf->c, err, "tokens", [&](Api& api) -> std::optional<Failure> {
+        std::string path = "/api/v1/tokens";
+        if (!lf->user.empty()) path += "?user=" + httplib::detail::encode_query_param(lf->user);
+        TY_CALL(res, api.Call("GET", path));
+        if (lf->c.output == "json") {
+          out << res["tokens"].dump() << "\n";
+          return std::nullopt;
+        }
+        std::vector<std::vector<std::string>> rows = {
+            {"ID", "USER", "CREATED", "EXPIRES", "REVOKED", "DESCRIPTION"}};
+        for (const auto& t : res["tokens"]) {
+          rows.push_back({Str(t, "id"), Str(t, "user"), age(t, "created_ms"), age(t, "expires_ms"),
+                          age(t, "revoked_ms"), Str(t, "description")});
+        }
+        Table(out, rows);
+        return std::nullopt;
+      });
+    });
+    auto cf = std::make_shared<F>();
+    CLI::App* create = tokens->add_subcommand(
+        "create", "Create a token; it is printed once, on stdout, and kept nowhere");
+    AddCommon(create, cf->c, true);
+    create->add_option("--user", cf->user, "For this user (default: you)");
+    create->add_option("--description", cf->description, "What it is for (at most 200 bytes)");
+    create->add_option("--expires", cf->expires, "Lifetime: 90d, 12h (default: never expires)");
+    create->callback([cf, &exit_code, &out, &err] {
+      exit_code = WithApi(cf->c, err, "tokens create", [&](Api& api) -> std::optional<Failure> {
+        json body = json::object();
+        if (!cf->user.empty()) body["user"] = cf->user;
+        if (!cf->description.empty()) body["description"] = cf->description;
+        if (!cf->expires.empty()) body["expires_in"] = cf->expires;
+        TY_CALL(res, api.Call("POST", "/api/v1/tokens", body.dump()));
+        if (cf->c.output == "json") {
+          out << res.dump() << "\n";
+        } else {
+          out << Str(res, "token") << "\n";
+          err << "token " << Str(res, "id") << " for user " << Str(res, "user")
+              << ": shown once; keep it in a file of mode 0600 and point TRAINYARD_TOKEN or "
+                 "--token-file at it\n";
+        }
+        return std::nullopt;
+      });
+    });
+    auto rf = std::make_shared<F>();
+    CLI::App* revoke = tokens->add_subcommand("revoke", "Revoke a token at once");
+    AddCommon(revoke, rf->c, false);
+    revoke->add_option("id", rf->id, "Token id (the 12 hex digits after tyt_)")->required();
+    revoke->callback([rf, &exit_code, &out, &err] {
+      exit_code = WithApi(rf->c, err, "tokens revoke", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("DELETE",
+                              "/api/v1/tokens/" + httplib::detail::encode_query_param(rf->id)));
+        out << "revoked token " << Str(res, "id") << " of user " << Str(res, "user") << "\n";
+        return std::nullopt;
+      });
+    });
+  }
+  {
+    struct F {
+      Common c;
+      std::string actor, tenant, object;
+      int64_t limit = 50;
+      int64_t after = 0;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* cmd = app.add_subcommand(
+        "audit", "Who did what to which object, when and from where (tenant-admin or above)");
+    AddCommon(cmd, f->c, true);
+    cmd->add_option("--actor", f->actor, "Only this actor (user:alice)");
+    cmd->add_option("--tenant", f->tenant, "Only objects of this tenant");
+    cmd->add_option("--object", f->object, "Only this object (job/42, user/bob, node/gpu-1)");
+    cmd->add_option("--after", f->after, "Entries after this sequence number");
+    cmd->add_option("--limit", f->limit, "At most this many entries")->capture_default_str();
+    cmd->callback([f, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, "audit", [&](Api& api) -> std::optional<Failure> {
+        std::string q = "limit=" + std::to_string(f->limit) + "&after=" + std::to_string(f->after);
+        for (const auto& [k, v] : {std::pair<const char*, const std::string*>{"actor", &f->actor},
+                                   {"tenant", &f->tenant},
+                                   {"object", &f->object}}) {
+          if (!v->empty())
+            q += std::string("&") + k + "=" + httplib::detail::encode_query_param(*v);
+        }
+        TY_CALL(res, api.Call("GET", "/api/v1/audit?" + q));
+        if (f->c.output == "json") {
+          out << res["entries"].dump() << "\n";
+          return std::nullopt;
+        }
+        std::vector<std::vector<std::string>> rows = {
+            {"SEQ", "TIME", "ACTOR", "ACTION", "OBJECT", "STATUS", "FROM", "MESSAGE"}};
+        for (const auto& e : res["entries"]) {
+          rows.push_back({Str(e, "seq"),
+                          FormatTimestamp(Timestamp(Duration(e.value("time_ms", int64_t{0})))),
+                          Str(e, "actor"), Str(e, "action"), Str(e, "object"), Str(e, "status"),
+                          Str(e, "source"), Str(e, "message")});
         }
         Table(out, rows);
         return std::nullopt;

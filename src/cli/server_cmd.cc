@@ -18,6 +18,8 @@
 
 #include "cli/app.h"
 #include "core/names.h"
+#include "core/spec_paths.h"
+#include "http/tls.h"
 #include "server/server.h"
 
 namespace trainyard::cli {
@@ -30,6 +32,12 @@ struct ServerFlags {
   std::string join_token;
   std::string policy;  // KEY=VALUE,...
   std::string node_timeout = "15s";
+  std::string allowed_dirs;  // DIR[,DIR...]; empty: anywhere
+  std::string tls_cert;      // with tls_key: serve HTTPS (docs/tls.md)
+  std::string tls_key;
+  bool insecure_local = false;  // no authentication; loopback only
+  double rate_limit = 200;      // requests/s per API token; 0: none
+  int64_t max_unfinished_jobs_per_tenant = 1'000'000;
 };
 
 Status ParsePolicy(const std::string& text, sched::Policy& p) {
@@ -89,11 +97,38 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
     return InvalidArgument("--port: expected 0..65535, got " + std::to_string(o.port));
   }
   o.join_token = f.join_token;
+  o.insecure_local = f.insecure_local;
+  if (f.insecure_local && !server::IsLoopbackHost(o.host)) {
+    return InvalidArgument(
+        "--insecure-local: serves without authentication, so only on a loopback "
+        "address (127.0.0.1, ::1); got --listen host " +
+        QuoteForMessage(o.host));
+  }
+  if (!(f.rate_limit >= 0 && f.rate_limit <= 1e6)) {
+    return InvalidArgument("--rate-limit: expected 0 (none) to 1000000 requests/s, got " +
+                           std::to_string(f.rate_limit));
+  }
+  o.rate_per_second = f.rate_limit;
+  if (f.max_unfinished_jobs_per_tenant < 1) {
+    return InvalidArgument("--max-jobs-per-tenant: expected at least 1, got " +
+                           std::to_string(f.max_unfinished_jobs_per_tenant));
+  }
+  o.max_unfinished_jobs_per_tenant = f.max_unfinished_jobs_per_tenant;
   TY_ASSIGN_OR_RETURN(o.node_timeout, ParseDuration(f.node_timeout));
   if (o.node_timeout.count() < 1000) {
     return InvalidArgument("--node-timeout: at least 1s, got " + f.node_timeout);
   }
   TY_RETURN_IF_ERROR(ParsePolicy(f.policy, o.policy));
+  TY_ASSIGN_OR_RETURN(o.allowed_dirs, ParseAllowedDirs("--allowed-dirs", f.allowed_dirs));
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return InvalidArgument(f.tls_cert.empty()
+                               ? "--tls-key: needs --tls-cert too (the certificate it belongs to)"
+                               : "--tls-cert: needs --tls-key too (the certificate's private key)");
+  }
+  if (!f.tls_cert.empty()) {
+    o.tls_cert = std::filesystem::absolute(f.tls_cert).lexically_normal().string();
+    o.tls_key = std::filesystem::absolute(f.tls_key).lexically_normal().string();
+  }
   return o;
 }
 
@@ -110,6 +145,23 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
   cmd->add_option("--node-timeout", f.node_timeout,
                   "A node without heartbeat this long is NotReady")
       ->capture_default_str();
+  cmd->add_option("--allowed-dirs", f.allowed_dirs,
+                  "DIR[,DIR...]: every path a job names (working_dir, checkpoint.dir, output, "
+                  "error) must lie in one of these (default: anywhere; \"..\" is always "
+                  "refused)");
+  cmd->add_flag("--insecure-local", f.insecure_local,
+                "Serve without authentication (every caller is a cluster-admin); refused unless "
+                "--listen is a loopback address. Default: API tokens; the first start writes an "
+                "admin token to DATA_DIR/token (mode 0600)");
+  cmd->add_option("--rate-limit", f.rate_limit,
+                  "Requests per second per API token (bursts of twice that); 0: no limit")
+      ->capture_default_str();
+  cmd->add_option("--max-jobs-per-tenant", f.max_unfinished_jobs_per_tenant,
+                  "Unfinished (pending or running) jobs a tenant may have at once")
+      ->capture_default_str();
+  cmd->add_option("--tls-cert", f.tls_cert,
+                  "Serve HTTPS with this PEM certificate (chain); needs --tls-key (docs/tls.md)");
+  cmd->add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert (unencrypted)");
 }
 
 // Blocks SIGINT and SIGTERM in this thread (and so in the threads it starts) and
@@ -154,6 +206,9 @@ int RunServer(const ServerFlags& f, std::ostream& out, std::ostream& err) {
   out << "trainyard server listening on " << srv.Url() << "\n"
       << "data dir: " << opts->data_dir << "; agents join with --join-token from " << opts->data_dir
       << "/join-token\n"
+      << (opts->insecure_local ? "authentication: none (--insecure-local)\n"
+                               : "API tokens required; the first start wrote an admin token to " +
+                                     opts->data_dir + "/" + server::kAdminTokenFile + "\n")
       << std::flush;
   int sig = 0;
   sigwait(&signals, &sig);
@@ -232,17 +287,26 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
     const std::string name = "node-" + std::to_string(i);
     const std::string agent_dir = dir + "/agents/" + name;
     std::filesystem::create_directories(agent_dir, ec);
-    agents.push_back(Spawn({self, "agent", "--server", srv.Url(), "--join-token", srv.join_token(),
-                            "--name", name, "--data-dir", agent_dir, "--simulated-gpus",
-                            std::to_string(f.gpus_per_node), "--gpu-type", f.gpu_type},
-                           agent_dir + "/agent.log"));
+    std::vector<std::string> argv = {
+        self,           "agent",          "--server",         srv.Url(),
+        "--join-token", srv.join_token(), "--name",           name,
+        "--data-dir",   agent_dir,        "--simulated-gpus", std::to_string(f.gpus_per_node),
+        "--gpu-type",   f.gpu_type};
+    // The agents trust the server's own certificate (docs/tls.md).
+    if (!opts->tls_cert.empty()) argv.insert(argv.end(), {"--ca-cert", opts->tls_cert});
+    agents.push_back(Spawn(argv, agent_dir + "/agent.log"));
   }
   out << "Trainyard local cluster: " << f.nodes << " node(s) x " << f.gpus_per_node << " "
       << f.gpu_type << " (simulated)\n"
       << "  API:       " << srv.Url() << "/api/v1  (URL written to " << dir << "/server.url)\n"
       << "  data dir:  " << dir << " (agent logs in agents/NODE/agent.log)\n"
+      << (opts->insecure_local
+              ? "  auth:      none (--insecure-local; loopback only)\n"
+              : "  auth:      admin API token in " + dir + "/" + server::kAdminTokenFile +
+                    " (mode 0600; the CLI reads it from there)\n")
       << "Try:\n"
       << "  export TRAINYARD_SERVER=" << srv.Url() << "\n"
+      << (opts->tls_cert.empty() ? "" : "  export TRAINYARD_CA_CERT=" + opts->tls_cert + "\n")
       << "  trainyard nodes\n"
       << "  trainyard submit examples/trainer/job.yaml   # from the repository root\n"
       << "  trainyard jobs\n"
@@ -262,14 +326,19 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
       for (const char* text : kDemoJobs) jobs.emplace_back("built-in", text);
     }
     httplib::Client client(srv.Url());
+    http::VerifyServer(client, opts->tls_cert);
+    if (std::ifstream in(dir + "/" + server::kAdminTokenFile); in) {
+      std::string token;
+      std::getline(in, token);
+      if (!token.empty()) client.set_default_headers({{"Authorization", "Bearer " + token}});
+    }
     for (const auto& [what, text] : jobs) {
       auto res = client.Post("/api/v1/jobs", text, "application/yaml");
       if (res && res->status == 201) {
         out << "demo: submitted job " << nlohmann::json::parse(res->body).value("id", 0) << " ("
             << what << ")\n";
       } else {
-        err << "demo: submit of " << what << " failed: " << (res ? res->body : "no answer")
-            << "\n";
+        err << "demo: submit of " << what << " failed: " << (res ? res->body : "no answer") << "\n";
       }
     }
     out << std::flush;

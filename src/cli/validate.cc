@@ -76,7 +76,7 @@ int RunValidate(const ValidateOptions& options, std::istream& in, std::ostream& 
       nlohmann::ordered_json item;
       item["file"] = name;
       item["valid"] = r.ok();
-      if (r.ok()) item["spec"] = SpecToJson(*r.spec);
+      if (r.ok()) item["spec"] = SpecToJson(RedactSecrets(*r.spec));
       auto& errors = item["errors"] = nlohmann::ordered_json::array();
       for (const auto& d : r.errors) errors.push_back(DiagnosticJson(d));
       auto& warnings = item["warnings"] = nlohmann::ordered_json::array();
@@ -91,7 +91,7 @@ int RunValidate(const ValidateOptions& options, std::istream& in, std::ostream& 
         if (!first) out << "---\n";
         out << "# " << name << "\n";
       }
-      out << SpecToYaml(*r.spec);
+      out << SpecToYaml(RedactSecrets(*r.spec));  // its output ends up in CI logs
       first = false;
     }
   }

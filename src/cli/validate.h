@@ -1,5 +1,6 @@
 // `trainyard validate FILE...`: reads job specs (YAML, JSON or #SBATCH scripts),
-// prints each normalised spec, or each problem with file:line, field, value and fix.
+// prints each normalised spec (values of secret_env variables as "<redacted>"), or
+// each problem with file:line, field, value and fix.
 #pragma once
 
 #include <CLI/CLI.hpp>

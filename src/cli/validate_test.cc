@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -124,6 +126,25 @@ TEST(CliTest, VersionHelpAndUsageErrors) {
   EXPECT_EQ(bad_format.code, kExitUsage);
   EXPECT_THAT(bad_format.err, HasSubstr("xml"));
   EXPECT_THAT(bad_format.out, Not(HasSubstr("bert")));
+}
+
+TEST(ValidateCommandTest, SecretEnvValuesArePrintedRedacted) {
+  const std::string path = ::testing::TempDir() + "/trainyard-validate-secret.yaml";
+  {
+    std::ofstream f(path);
+    f << "name: s\ncommand: [train]\nenv: {HF_TOKEN: hf_Sup3rS3cret, LR: '0.1'}\n"
+         "secret_env: [HF_TOKEN]\n";
+  }
+  CliRun yaml = Cli({"validate", path});
+  EXPECT_EQ(yaml.code, kExitOk) << yaml.err;
+  EXPECT_THAT(yaml.out, HasSubstr("HF_TOKEN: <redacted>"));
+  EXPECT_THAT(yaml.out, HasSubstr("secret_env: [HF_TOKEN]"));
+  EXPECT_THAT(yaml.out, Not(HasSubstr("Sup3r")));
+  CliRun json = Cli({"validate", "-o", "json", path});
+  EXPECT_EQ(json.code, kExitOk) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)[0]["spec"]["env"]["HF_TOKEN"], "<redacted>");
+  EXPECT_THAT(json.out, Not(HasSubstr("Sup3r")));
+  std::remove(path.c_str());
 }
 
 }  // namespace

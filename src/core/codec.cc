@@ -224,6 +224,18 @@ const std::vector<std::string_view>& ExitReasonNames() {
   return *names;
 }
 
+const std::vector<std::string_view>& RoleNames() {
+  static const auto* names = new std::vector<std::string_view>(
+      Names(RoleName, {Role::kViewer, Role::kMember, Role::kTenantAdmin, Role::kClusterAdmin}));
+  return *names;
+}
+
+std::optional<Role> ParseRoleName(std::string_view name) {
+  Result<Role> role = ParseRole(name);
+  if (!role.ok()) return std::nullopt;
+  return *role;
+}
+
 const std::vector<std::string_view>& NodeStateNames() {
   static const auto* names = new std::vector<std::string_view>(
       Names(NodeStateName, {NodeState::kReady, NodeState::kCordoned, NodeState::kDraining,
@@ -429,6 +441,47 @@ Result<PriorityClass> PriorityClassFromJsonOrThrow(const json& v) {
   return p;
 }
 
+Result<User> UserFromJsonOrThrow(const json& v) {
+  TY_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(v, "user"));
+  User u;
+  TY_RETURN_IF_ERROR(r.String("name", u.name));
+  TY_RETURN_IF_ERROR(r.String("tenant", u.tenant));
+  TY_RETURN_IF_ERROR(r.Enum("role", ParseRoleName, RoleNames(), u.role));
+  TY_RETURN_IF_ERROR(r.StringList("priority_classes", u.priority_classes));
+  TY_RETURN_IF_ERROR(r.TimeMs("created_ms", u.created));
+  TY_RETURN_IF_ERROR(r.String("created_by", u.created_by));
+  return u;
+}
+
+Result<ApiToken> ApiTokenFromJsonOrThrow(const json& v) {
+  TY_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(v, "api_token"));
+  ApiToken t;
+  TY_RETURN_IF_ERROR(r.String("id", t.id));
+  TY_RETURN_IF_ERROR(r.String("user", t.user));
+  TY_RETURN_IF_ERROR(r.String("secret_hash", t.secret_hash));
+  TY_RETURN_IF_ERROR(r.String("description", t.description));
+  TY_RETURN_IF_ERROR(r.TimeMs("created_ms", t.created));
+  TY_RETURN_IF_ERROR(r.OptionalTimeMs("expires_ms", t.expires));
+  TY_RETURN_IF_ERROR(r.OptionalTimeMs("revoked_ms", t.revoked));
+  return t;
+}
+
+Result<AuditEntry> AuditEntryFromJsonOrThrow(const json& v) {
+  TY_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(v, "audit_entry"));
+  AuditEntry e;
+  TY_RETURN_IF_ERROR(r.Int64("seq", e.seq));
+  TY_RETURN_IF_ERROR(r.TimeMs("time_ms", e.time));
+  TY_RETURN_IF_ERROR(r.String("actor", e.actor));
+  TY_RETURN_IF_ERROR(r.String("token_id", e.token_id));
+  TY_RETURN_IF_ERROR(r.String("tenant", e.tenant));
+  TY_RETURN_IF_ERROR(r.String("action", e.action));
+  TY_RETURN_IF_ERROR(r.String("object", e.object));
+  TY_RETURN_IF_ERROR(r.String("source", e.source));
+  TY_RETURN_IF_ERROR(r.Int32("status", e.status));
+  TY_RETURN_IF_ERROR(r.String("message", e.message));
+  return e;
+}
+
 // Runs a decoder, turning any exception (nlohmann or yaml-cpp) into a Status.
 template <typename T>
 Result<T> Guarded(std::string_view what, Result<T> (*decode)(const json&), const json& v) {
@@ -511,6 +564,54 @@ ojson ToJson(const PriorityClass& priority_class) {
 
 Result<PriorityClass> PriorityClassFromJson(const json& j) {
   return Guarded("priority_class", PriorityClassFromJsonOrThrow, j);
+}
+
+ojson ToJson(const User& user) {
+  ojson j = ojson::object();
+  j["name"] = user.name;
+  j["tenant"] = user.tenant;
+  j["role"] = std::string(RoleName(user.role));
+  j["priority_classes"] = user.priority_classes;
+  j["created_ms"] = Millis(user.created);
+  j["created_by"] = user.created_by;
+  return j;
+}
+
+Result<User> UserFromJson(const json& j) { return Guarded("user", UserFromJsonOrThrow, j); }
+
+ojson ToJson(const ApiToken& token) {
+  ojson j = ojson::object();
+  j["id"] = token.id;
+  j["user"] = token.user;
+  j["secret_hash"] = token.secret_hash;
+  j["description"] = token.description;
+  j["created_ms"] = Millis(token.created);
+  j["expires_ms"] = token.expires ? ojson(Millis(*token.expires)) : ojson(nullptr);
+  j["revoked_ms"] = token.revoked ? ojson(Millis(*token.revoked)) : ojson(nullptr);
+  return j;
+}
+
+Result<ApiToken> ApiTokenFromJson(const json& j) {
+  return Guarded("api_token", ApiTokenFromJsonOrThrow, j);
+}
+
+ojson ToJson(const AuditEntry& entry) {
+  ojson j = ojson::object();
+  j["seq"] = entry.seq;
+  j["time_ms"] = Millis(entry.time);
+  j["actor"] = entry.actor;
+  j["token_id"] = entry.token_id;
+  j["tenant"] = entry.tenant;
+  j["action"] = entry.action;
+  j["object"] = entry.object;
+  j["source"] = entry.source;
+  j["status"] = entry.status;
+  j["message"] = entry.message;
+  return j;
+}
+
+Result<AuditEntry> AuditEntryFromJson(const json& j) {
+  return Guarded("audit_entry", AuditEntryFromJsonOrThrow, j);
 }
 
 }  // namespace trainyard

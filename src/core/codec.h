@@ -1,7 +1,10 @@
 // JSON forms of the core value types: jobs (with their attempts and latest
-// checkpoint), nodes (with GPUs and topology), tenants, queues and priority classes.
+// checkpoint), nodes (with GPUs and topology), tenants, queues, priority classes,
+// users, API tokens and audit entries.
 //
-// These are the documents the store keeps and the API returns. Field names are the
+// These are the documents the store keeps and the API returns. An ApiToken's
+// document holds its secret_hash: it is for the store; an API rendering a token
+// leaves that field out. Field names are the
 // struct's member names; timestamps are integer milliseconds since the Unix epoch and
 // durations integer milliseconds, both under keys ending in "_ms"; enums are written
 // by name ("Running", "Ready", "preempted"). An optional value that is absent is
@@ -22,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/auth.h"
 #include "core/job.h"
 #include "core/node.h"
 #include "core/status.h"
@@ -43,5 +47,14 @@ Result<Queue> QueueFromJson(const nlohmann::json& j);
 
 nlohmann::ordered_json ToJson(const PriorityClass& priority_class);
 Result<PriorityClass> PriorityClassFromJson(const nlohmann::json& j);
+
+nlohmann::ordered_json ToJson(const User& user);
+Result<User> UserFromJson(const nlohmann::json& j);
+
+nlohmann::ordered_json ToJson(const ApiToken& token);
+Result<ApiToken> ApiTokenFromJson(const nlohmann::json& j);
+
+nlohmann::ordered_json ToJson(const AuditEntry& entry);
+Result<AuditEntry> AuditEntryFromJson(const nlohmann::json& j);
 
 }  // namespace trainyard

@@ -294,6 +294,153 @@ TEST(CodecTest, TenancyErrors) {
             "tenant.description: expected a string, got null");
 }
 
+User TestUser() {
+  User u;
+  u.name = "alice";
+  u.tenant = "research";
+  u.role = Role::kTenantAdmin;
+  u.priority_classes = {"p0", "production"};
+  u.created = At(1'764'400'000'000);
+  u.created_by = "user:root";
+  return u;
+}
+
+ApiToken TestToken() {
+  ApiToken t;
+  t.id = "0a1b2c3d4e5f";
+  t.user = "alice";
+  t.secret_hash = std::string(64, 'a');
+  t.description = "laptop";
+  t.created = At(1'764'400'000'000);
+  t.expires = At(1'764'500'000'000);
+  t.revoked = At(1'764'450'000'000);
+  return t;
+}
+
+AuditEntry TestAudit() {
+  AuditEntry e;
+  e.seq = 17;
+  e.time = At(1'764'400'000'123);
+  e.actor = "user:alice";
+  e.token_id = "0a1b2c3d4e5f";
+  e.tenant = "research";
+  e.action = "POST /api/v1/jobs/42/cancel";
+  e.object = "job/42";
+  e.source = "10.0.0.7:53412";
+  e.status = 403;
+  e.message = "user alice may not cancel job 42";
+  return e;
+}
+
+TEST(CodecTest, UserRoundTrips) {
+  User u = TestUser();
+  Result<User> back = UserFromJson(ThroughText(ToJson(u)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, u);
+  nlohmann::ordered_json j = ToJson(u);
+  EXPECT_EQ(j["role"], "tenant-admin");
+  EXPECT_EQ(j["created_ms"], 1'764'400'000'000);
+
+  User admin;
+  admin.name = "root";
+  admin.role = Role::kClusterAdmin;
+  admin.created_by = "bootstrap";
+  back = UserFromJson(ThroughText(ToJson(admin)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, admin);
+}
+
+TEST(CodecTest, UserErrorsNameThePath) {
+  json j = ThroughText(ToJson(TestUser()));
+  j["role"] = "tenant-admn";
+  Result<User> r = UserFromJson(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("user.role: unknown value \"tenant-admn\"; expected "
+                        "one of viewer, member, tenant-admin, cluster-admin"));
+  EXPECT_THAT(r.status().message(), HasSubstr("did you mean tenant-admin?"));
+
+  j = ThroughText(ToJson(TestUser()));
+  j["priority_classes"] = json::array({"p0", 1});
+  EXPECT_THAT(UserFromJson(j).status().message(),
+              HasSubstr("user.priority_classes[1]: expected a string, got number 1"));
+  for (const char* key :
+       {"name", "tenant", "role", "priority_classes", "created_ms", "created_by"}) {
+    j = ThroughText(ToJson(TestUser()));
+    j.erase(key);
+    EXPECT_EQ(UserFromJson(j).status().message(), "user." + std::string(key) + ": missing");
+  }
+  EXPECT_EQ(UserFromJson(json::array()).status().message(),
+            "user: expected an object, got array []");
+}
+
+TEST(CodecTest, ApiTokenRoundTrips) {
+  ApiToken t = TestToken();
+  Result<ApiToken> back = ApiTokenFromJson(ThroughText(ToJson(t)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, t);
+  EXPECT_EQ(ToJson(t)["expires_ms"], 1'764'500'000'000);
+
+  t.expires.reset();
+  t.revoked.reset();
+  nlohmann::ordered_json j = ToJson(t);
+  EXPECT_TRUE(j["expires_ms"].is_null());
+  EXPECT_TRUE(j["revoked_ms"].is_null());
+  back = ApiTokenFromJson(ThroughText(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, t);
+
+  // Absent optionals may also be missing.
+  json missing = ThroughText(j);
+  missing.erase("expires_ms");
+  missing.erase("revoked_ms");
+  back = ApiTokenFromJson(missing);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, t);
+}
+
+TEST(CodecTest, ApiTokenErrorsNameThePath) {
+  json j = ThroughText(ToJson(TestToken()));
+  j["revoked_ms"] = "yesterday";
+  EXPECT_EQ(ApiTokenFromJson(j).status().message(),
+            "api_token.revoked_ms: expected an integer, got string \"yesterday\"");
+  for (const char* key : {"id", "user", "secret_hash", "description", "created_ms"}) {
+    j = ThroughText(ToJson(TestToken()));
+    j.erase(key);
+    EXPECT_EQ(ApiTokenFromJson(j).status().message(),
+              "api_token." + std::string(key) + ": missing");
+  }
+  EXPECT_FALSE(ApiTokenFromJson(json(7)).ok());
+}
+
+TEST(CodecTest, AuditEntryRoundTrips) {
+  AuditEntry e = TestAudit();
+  Result<AuditEntry> back = AuditEntryFromJson(ThroughText(ToJson(e)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, e);
+  EXPECT_EQ(ToJson(e)["time_ms"], 1'764'400'000'123);
+
+  back = AuditEntryFromJson(ThroughText(ToJson(AuditEntry{})));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, AuditEntry{});
+}
+
+TEST(CodecTest, AuditEntryErrorsNameThePath) {
+  json j = ThroughText(ToJson(TestAudit()));
+  j["status"] = int64_t{1} << 40;
+  EXPECT_THAT(AuditEntryFromJson(j).status().message(),
+              HasSubstr("audit_entry.status: expected an integer between"));
+  for (const char* key : {"seq", "time_ms", "actor", "token_id", "tenant", "action", "object",
+                          "source", "status", "message"}) {
+    j = ThroughText(ToJson(TestAudit()));
+    j.erase(key);
+    EXPECT_EQ(AuditEntryFromJson(j).status().message(),
+              "audit_entry." + std::string(key) + ": missing");
+  }
+  EXPECT_FALSE(AuditEntryFromJson(json(nullptr)).ok());
+}
+
 RC_GTEST_PROP(CodecProperty, NodeRoundTripsInMemory,
               (const std::string& name, const std::string& model, int64_t memory,
                int64_t milli_cpus, const std::map<std::string, std::string>& labels)) {

@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "core/names.h"
+#include "core/spec_paths.h"
 #include "core/tenancy.h"
 
 namespace trainyard {
@@ -79,6 +80,8 @@ class Checker {
                                 " bytes, got " + std::to_string(v.size()));
     } else if (BadText(v)) {
       Add(std::move(field), "must be UTF-8 text without NUL bytes");
+    } else if (std::string problem = PathTextProblem(v); !problem.empty()) {
+      Add(std::move(field), problem + ", got " + QuoteForMessage(v));
     }
   }
   std::vector<Diagnostic> Take() { return std::move(out_); }
@@ -163,6 +166,49 @@ void NormalizeSpec(JobSpec& spec) {
   }
   if (spec.retry.max_backoff < spec.retry.backoff) spec.retry.max_backoff = spec.retry.backoff;
   if (spec.experiment.code.empty()) spec.experiment.code = "auto";
+  std::sort(spec.secret_env.begin(), spec.secret_env.end());
+  spec.secret_env.erase(std::unique(spec.secret_env.begin(), spec.secret_env.end()),
+                        spec.secret_env.end());
+}
+
+JobSpec RedactSecrets(JobSpec spec) {
+  for (const std::string& key : spec.secret_env) {
+    if (auto it = spec.env.find(key); it != spec.env.end()) it->second = kRedacted;
+  }
+  return spec;
+}
+
+std::string RedactSecretValues(const JobSpec& spec, std::string text) {
+  return RedactSecretValues(spec.env, spec.secret_env, std::move(text));
+}
+
+std::string RedactSecretValues(const std::map<std::string, std::string>& env,
+                               const std::vector<std::string>& secret_env, std::string text) {
+  // The values that occur at all, longest first so that a secret holding another is
+  // replaced whole; then one pass, so that no replacement is searched again.
+  std::vector<const std::string*> values;
+  for (const std::string& key : secret_env) {
+    if (auto it = env.find(key);
+        it != env.end() && !it->second.empty() && text.find(it->second) != std::string::npos) {
+      values.push_back(&it->second);
+    }
+  }
+  if (values.empty()) return text;
+  std::sort(values.begin(), values.end(),
+            [](const std::string* a, const std::string* b) { return a->size() > b->size(); });
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    auto hit = std::find_if(values.begin(), values.end(), [&](const std::string* v) {
+      return text.compare(i, v->size(), *v) == 0;
+    });
+    if (hit != values.end()) {
+      out += kRedacted;
+      i += (*hit)->size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
 }
 
 int64_t TotalGpus(const JobSpec& spec) {
@@ -257,6 +303,25 @@ std::vector<Diagnostic> ValidateSpec(const JobSpec& spec) {
                             " bytes, got " + std::to_string(v.size()));
     } else if (BadText(v)) {
       c.Add("env." + k, "value must be UTF-8 text without NUL bytes");
+    }
+  }
+  if (spec.secret_env.size() > SpecLimits::kMaxEnv) {
+    c.Add("secret_env", "at most " + std::to_string(SpecLimits::kMaxEnv) + " names, got " +
+                            std::to_string(spec.secret_env.size()));
+  } else {
+    std::vector<std::string_view> keys;
+    for (const auto& [k, v] : spec.env) keys.push_back(k);
+    for (const std::string& name : spec.secret_env) {
+      if (spec.env.count(name) > 0) continue;
+      // Names only: a value is never echoed.
+      std::string msg = "names " + QuoteForMessage(name) +
+                        ", which is not a variable of env; secret_env lists keys of env";
+      if (std::string hint = ClosestMatch(name, keys); !hint.empty()) {
+        msg += "; did you mean " + hint + "?";
+      } else if (keys.empty()) {
+        msg += ", and env is empty";
+      }
+      c.Add("secret_env", std::move(msg));
     }
   }
   c.Path("working_dir", spec.working_dir);

@@ -31,7 +31,7 @@ struct TopologySpec {
 };
 
 struct CheckpointSpec {
-  std::string dir;                        // empty: the cluster's default location
+  std::string dir;                        // empty: <checkpoint root>/<tenant>/<job id>
   Duration interval{0};                   // 0: the job does not checkpoint periodically
   Duration preempt_grace{60'000};         // time to checkpoint after the notice
   std::string notice_signal = "SIGUSR1";  // sent to every rank on preemption
@@ -71,8 +71,12 @@ struct JobSpec {
   std::vector<std::string> args;     // appended to command
   std::string script;                // a script body run by its #! interpreter
   std::map<std::string, std::string> env;
-  std::string working_dir;
-  Duration time_limit{0};  // 0: none
+  // Keys of `env` whose values are secret (tokens, passwords): the ranks get the real
+  // value; everything shown to people (API, CLI, events, errors) shows kRedacted.
+  // Sorted and unique once normalised.
+  std::vector<std::string> secret_env;
+  std::string working_dir;  // relative: to the agent's working directory
+  Duration time_limit{0};   // 0: none
   CheckpointSpec checkpoint;
   RetrySpec retry;
   bool requeue = true;  // back to Pending on preemption or node loss (else Failed)
@@ -129,6 +133,19 @@ std::vector<Diagnostic> ValidateSpec(const JobSpec& spec);
 
 // Total GPUs of the gang at `replicas`, saturating.
 int64_t TotalGpus(const JobSpec& spec);
+
+// What a secret value is shown as.
+inline constexpr std::string_view kRedacted = "<redacted>";
+
+// `spec` with the value of every env variable named in secret_env replaced by
+// kRedacted: the form of a spec that may be shown to people.
+JobSpec RedactSecrets(JobSpec spec);
+// `text` with every occurrence of a non-empty secret_env value of `spec` replaced by
+// kRedacted; for messages that come from outside (a task's exit message).
+std::string RedactSecretValues(const JobSpec& spec, std::string text);
+// The same for an environment and the names of its secret variables.
+std::string RedactSecretValues(const std::map<std::string, std::string>& env,
+                               const std::vector<std::string>& secret_env, std::string text);
 
 // Signal names accepted for checkpoint.notice_signal ("SIGUSR1", "USR1", "10").
 // Returns the canonical "SIGxxx" name or nullopt.

@@ -655,11 +655,20 @@ TEST(SbatchTest, InvalidNamesAreReportedAgainstTheDirective) {
 }
 
 TEST(SbatchTest, OutputPatternsAreKeptAsWritten) {
-  const JobSpec s = ParseOk(
-      Script({"-J t", "--output=slurm-%x.%j.out", "-e slurm-%A_%a.err", "--chdir=../runs"}));
+  const JobSpec s =
+      ParseOk(Script({"-J t", "--output=slurm-%x.%j.out", "-e slurm-%A_%a.err", "--chdir=runs"}));
   EXPECT_EQ(s.output, "slurm-%x.%j.out");
   EXPECT_EQ(s.error, "slurm-%A_%a.err");
-  EXPECT_EQ(s.working_dir, "../runs");
+  EXPECT_EQ(s.working_dir, "runs");
+}
+
+TEST(SbatchTest, PathsThatClimbOutAreReportedAgainstTheDirective) {
+  EXPECT_THAT(Errors(Script({"-J t", "--chdir=../runs"})),
+              ElementsAre("job.sh:3: --chdir: must not have a \"..\" component; name the "
+                          "directory itself, got \"../runs\""));
+  EXPECT_THAT(Errors(Script({"-J t", "-o /logs/../x.out"})),
+              ElementsAre("job.sh:3: -o: must not have a \"..\" component; name the "
+                          "directory itself, got \"/logs/../x.out\""));
 }
 
 TEST(SbatchTest, OverlongPathIsReportedAgainstTheDirective) {

@@ -30,6 +30,7 @@ const std::vector<std::string_view> kTopFields = {"name",
                                                   "args",
                                                   "script",
                                                   "env",
+                                                  "secret_env",
                                                   "working_dir",
                                                   "time_limit",
                                                   "checkpoint",
@@ -111,6 +112,8 @@ class SpecReader {
         String(v, key, spec.script);
       else if (key == "env")
         StringMap(v, key, spec.env);
+      else if (key == "secret_env")
+        NameList(v, key, spec.secret_env);
       else if (key == "working_dir")
         String(v, key, spec.working_dir);
       else if (key == "time_limit")
@@ -327,6 +330,32 @@ class SpecReader {
         out.push_back(e.Scalar());
       } else {
         Error(e, f, "must be a string, got " + KindName(e));
+      }
+    }
+  }
+
+  // A list of names (secret_env: [HF_TOKEN, WANDB_API_KEY]).
+  void NameList(const YAML::Node& v, const std::string& field, std::vector<std::string>& out) {
+    if (!v.IsSequence()) {
+      Error(v, field,
+            "must be a list of env variable names, e.g. [HF_TOKEN, WANDB_API_KEY], got " +
+                KindName(v));
+      return;
+    }
+    if (v.size() > SpecLimits::kMaxEnv) {
+      Error(v, field,
+            "must have at most " + std::to_string(SpecLimits::kMaxEnv) + " entries, got " +
+                std::to_string(v.size()));
+      return;
+    }
+    out.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      if (e.IsScalar()) {
+        out.push_back(e.Scalar());
+      } else {
+        Error(e, field + "[" + std::to_string(i) + "]",
+              "must be an env variable name, got " + KindName(e));
       }
     }
   }
@@ -641,6 +670,7 @@ nlohmann::ordered_json SpecToJson(const JobSpec& s) {
   if (!s.args.empty()) j["args"] = s.args;
   if (!s.script.empty()) j["script"] = s.script;
   if (!s.env.empty()) j["env"] = s.env;
+  if (!s.secret_env.empty()) j["secret_env"] = s.secret_env;
   if (!s.working_dir.empty()) j["working_dir"] = s.working_dir;
   if (s.time_limit.count() > 0) j["time_limit"] = FormatDuration(s.time_limit);
   J c = J::object();

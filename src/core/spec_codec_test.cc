@@ -303,6 +303,64 @@ RC_GTEST_PROP(SpecCodecTest, ArbitraryStringsRoundTripThroughYaml, ()) {
   RC_ASSERT(*back.spec == s);
 }
 
+TEST(SecretEnvTest, ParsesNormalisesAndRoundTrips) {
+  auto r = Parse(
+      "name: j\ncommand: [train]\nenv: {HF_TOKEN: hf_abc, WANDB_API_KEY: w123, LR: '1'}\n"
+      "secret_env: [WANDB_API_KEY, HF_TOKEN, HF_TOKEN]\n");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Messages(r));
+  EXPECT_THAT(r.spec->secret_env, ElementsAre("HF_TOKEN", "WANDB_API_KEY"));
+  EXPECT_EQ(r.spec->env.at("HF_TOKEN"), "hf_abc");  // the stored spec keeps the value
+  auto from_json = Parse(SpecToJson(*r.spec).dump());
+  ASSERT_TRUE(from_json.ok());
+  EXPECT_EQ(*from_json.spec, *r.spec);
+  auto from_yaml = Parse(SpecToYaml(*r.spec));
+  ASSERT_TRUE(from_yaml.ok());
+  EXPECT_EQ(*from_yaml.spec, *r.spec);
+}
+
+TEST(SecretEnvTest, MustNameKeysOfEnvAndErrorsNeverEchoValues) {
+  auto r = Parse(
+      "name: j\ncommand: [train]\nenv: {HF_TOKEN: hf_supersecret}\n"
+      "secret_env: [HF_TOKN]\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Messages(r),
+              ElementsAre("job.yaml:4: secret_env: names \"HF_TOKN\", which is not a variable "
+                          "of env; secret_env lists keys of env; did you mean HF_TOKEN?"));
+  auto scalar = Parse("name: j\ncommand: [train]\nsecret_env: HF_TOKEN\n");
+  ASSERT_FALSE(scalar.ok());
+  EXPECT_THAT(Messages(scalar)[0], HasSubstr("secret_env: must be a list of env variable names"));
+
+  // A secret value that is itself invalid is described, never shown.
+  auto bad =
+      Parse("name: j\ncommand: [train]\nsecret_env: [TOKEN]\nenv: {TOKEN: \"hf_secret\\0x\"}\n");
+  ASSERT_FALSE(bad.ok());
+  for (const std::string& m : Messages(bad)) EXPECT_THAT(m, ::testing::Not(HasSubstr("hf_")));
+}
+
+TEST(SecretEnvTest, RedactionReplacesSecretValuesOnly) {
+  auto r = Parse(
+      "name: j\ncommand: [train]\nenv: {HF_TOKEN: hf_abc, PLAIN: visible, EMPTY: ''}\n"
+      "secret_env: [HF_TOKEN, EMPTY]\n");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Messages(r));
+  JobSpec shown = RedactSecrets(*r.spec);
+  EXPECT_EQ(shown.env.at("HF_TOKEN"), "<redacted>");
+  EXPECT_EQ(shown.env.at("EMPTY"), "<redacted>");
+  EXPECT_EQ(shown.env.at("PLAIN"), "visible");
+  EXPECT_EQ(SpecToJson(shown)["env"]["HF_TOKEN"], "<redacted>");
+  EXPECT_EQ(RedactSecretValues(*r.spec, "login with hf_abc failed (hf_abchf_abc)"),
+            "login with <redacted> failed (<redacted><redacted>)");
+  EXPECT_EQ(RedactSecretValues(*r.spec, "nothing here"), "nothing here");
+  // Overlapping secrets: the longest is replaced whole.
+  JobSpec s = *r.spec;
+  s.env["LONG"] = "hf_abc_long";
+  s.secret_env = {"HF_TOKEN", "LONG"};
+  EXPECT_EQ(RedactSecretValues(s, "x hf_abc_long y"), "x <redacted> y");
+  // A replacement is not searched again, even for a secret it happens to hold.
+  s.env["TINY"] = "d";
+  s.secret_env = {"HF_TOKEN", "TINY"};
+  EXPECT_EQ(RedactSecretValues(s, "hf_abc and d"), "<redacted> an<redacted> <redacted>");
+}
+
 TEST(SignalTest, NumbersForEveryAcceptedSpelling) {
   EXPECT_EQ(SignalNumber("SIGUSR1"), SIGUSR1);
   EXPECT_EQ(SignalNumber("USR2"), SIGUSR2);

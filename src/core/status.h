@@ -28,6 +28,8 @@ enum class StatusCode {
   kUnavailable,         // try again later
   kDataLoss,            // stored data is unreadable
   kInternal,            // a bug or an unexpected failure below us
+  kUnauthenticated,     // no credentials, or credentials that are not valid
+  kPermissionDenied,    // authenticated, but not allowed to do this
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -65,6 +67,12 @@ inline Status ResourceExhausted(std::string m) {
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Unauthenticated(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* expr, std::string_view msg);
 

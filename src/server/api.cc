@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <functional>
 
 #include "core/codec.h"
 #include "core/job_text.h"
@@ -85,6 +87,10 @@ int HttpStatusFor(const Status& s) {
       return 413;
     case StatusCode::kUnavailable:
       return 503;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
     default:
       return 500;
   }
@@ -292,7 +298,10 @@ ordered_json RenderJobSummary(const Job& job) {
 }
 
 ordered_json RenderJob(const JobView& v) {
-  ordered_json j = ToJson(v.job);
+  // What people see: the values of the spec's secret_env never leave the server here.
+  Job shown = v.job;
+  shown.spec = RedactSecrets(std::move(shown.spec));
+  ordered_json j = ToJson(shown);
   j["name"] = v.job.spec.name;
   j["placement"] = Placement(v.placement);
   ordered_json ranks = ordered_json::array();
@@ -425,15 +434,98 @@ std::optional<CheckpointReport> CheckpointLine(const json& line) {
 
 }  // namespace
 
-void InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs, ApiOptions options) {
+namespace {
+
+// A user request being served: who asks, and what it is about (for the audit log).
+struct Call {
+  Principal who;
+  std::string object;  // "job/42"
+  std::string tenant;  // the object's tenant, if it has one
+};
+
+std::string_view Owner(std::string_view submitted_by) {
+  if (submitted_by.starts_with("user:")) submitted_by.remove_prefix(5);
+  return submitted_by;
+}
+
+ordered_json RenderUser(const User& u) {
+  return {{"name", u.name},
+          {"tenant", u.tenant},
+          {"role", RoleName(u.role)},
+          {"priority_classes", u.priority_classes},
+          {"created_ms", u.created.time_since_epoch().count()},
+          {"created_by", u.created_by}};
+}
+
+ordered_json RenderToken(const ApiToken& t) {
+  return {{"id", t.id},
+          {"user", t.user},
+          {"description", t.description},
+          {"created_ms", t.created.time_since_epoch().count()},
+          {"expires_ms",
+           t.expires ? ordered_json(t.expires->time_since_epoch().count()) : ordered_json(nullptr)},
+          {"revoked_ms", t.revoked ? ordered_json(t.revoked->time_since_epoch().count())
+                                   : ordered_json(nullptr)}};
+}
+
+ordered_json RenderAudit(const AuditEntry& e) {
+  return {{"seq", e.seq},       {"time_ms", e.time.time_since_epoch().count()},
+          {"actor", e.actor},   {"token_id", e.token_id},
+          {"tenant", e.tenant}, {"action", e.action},
+          {"object", e.object}, {"source", e.source},
+          {"status", e.status}, {"message", e.message}};
+}
+
+// Optional string field of a JSON body.
+Result<std::optional<std::string>> StringField(const json& j, const char* what, const char* key,
+                                               size_t max_bytes) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::optional<std::string>();
+  if (!it->is_string() || it->get_ref<const std::string&>().size() > max_bytes) {
+    return InvalidArgument(std::string(what) + "." + key + ": expected a string of at most " +
+                           std::to_string(max_bytes) + " bytes");
+  }
+  return std::optional<std::string>(it->get<std::string>());
+}
+
+Result<std::optional<std::vector<std::string>>> StringListField(const json& j, const char* what,
+                                                                const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::optional<std::vector<std::string>>();
+  const std::string field = std::string(what) + "." + key;
+  if (!it->is_array() || it->size() > 64) {
+    return InvalidArgument(field + ": expected a list of at most 64 names");
+  }
+  std::vector<std::string> out;
+  for (const json& e : *it) {
+    if (!e.is_string()) return InvalidArgument(field + ": expected names (strings)");
+    out.push_back(e.get<std::string>());
+    TY_RETURN_IF_ERROR(ValidateName(field, out.back()));
+  }
+  return std::optional<std::vector<std::string>>(std::move(out));
+}
+
+Status CheckBodyKeys(const json& j, const char* what,
+                     std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : j.items()) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string valid;
+      for (auto n : known) valid += (valid.empty() ? "" : ", ") + std::string(n);
+      return InvalidArgument(std::string(what) + ": unknown field " + QuoteForMessage(k) +
+                             "; valid: " + valid);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
+                                  AccessControl& access, ApiOptions options) {
   using httplib::Request;
   using httplib::Response;
   const std::string v1 = "/api/v1";
-  auto user = [](const Request& req) {
-    std::string u = req.get_header_value("X-Trainyard-User");
-    return "user:" + (u.empty() || u.size() > 63 ? std::string("anonymous") : u);
-  };
-  auto job_id = [](const Request& req) { return ParseJobId(req.matches[1].str()); };
+  std::vector<RouteInfo> routes;
 
   http.set_payload_max_length(kMaxRequestBytes);
   http.set_error_handler([](const Request& req, Response& res) {
@@ -455,183 +547,487 @@ void InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs, ApiOpti
     SendJson(res, 500, {{"error", what}});
   });
 
+  auto add = [&http](const std::string& method, const std::string& pattern,
+                     httplib::Server::Handler h) {
+    if (method == "GET") {
+      http.Get(pattern, std::move(h));
+    } else if (method == "POST") {
+      http.Post(pattern, std::move(h));
+    } else if (method == "PATCH") {
+      http.Patch(pattern, std::move(h));
+    } else {
+      http.Delete(pattern, std::move(h));
+    }
+  };
+  // A user endpoint: authenticated, rate-limited, and (unless a GET) audited. The
+  // handler checks what the caller may do with the object itself.
+  using UserHandler = std::function<void(const Request&, Response&, Call&)>;
+  auto user = [&](const std::string& method, const std::string& path, Action action,
+                  UserHandler handler) {
+    routes.push_back({method, v1 + path, RouteAccess::kUser, action});
+    add(method, v1 + path, [&access, method, handler](const Request& req, Response& res) {
+      Call call;
+      auto p = access.Authenticate(req.get_header_value("Authorization"));
+      if (p.ok()) {
+        call.who = std::move(*p);
+        if (Status s = access.Admit(call.who); !s.ok()) {
+          res.set_header("Retry-After", "1");
+          SendJson(res, 429, {{"error", s.message()}});
+        } else {
+          handler(req, res, call);
+        }
+      } else {
+        SendError(res, p.status());
+      }
+      if (method == "GET") return;
+      AuditEntry e;
+      e.actor = p.ok() ? call.who.Actor() : "anonymous";
+      e.token_id = call.who.token_id;
+      e.tenant = call.tenant;
+      e.action = req.method + " " + req.path.substr(0, 256);
+      e.object = call.object;
+      e.source = req.remote_addr + ":" + std::to_string(req.remote_port);
+      e.status = res.status;
+      if (res.status >= 400) {
+        json body = json::parse(res.body, nullptr, false);
+        if (body.is_object() && body.contains("error") && body["error"].is_string()) {
+          e.message = body["error"].get<std::string>().substr(0, 1000);
+        }
+      }
+      // The request has been answered; an audit write that fails is reported on the
+      // server's log rather than turned into an error for a change that was made.
+      if (Status s = access.Record(std::move(e)); !s.ok()) {
+        std::fprintf(stderr, "trainyard server: audit log: %s\n", s.message().c_str());
+      }
+    });
+  };
+  // The job a request names, if the caller may `action` it.
+  auto visible_job = [&cluster](const Request& req, Call& call, Action action) -> Result<JobView> {
+    TY_ASSIGN_OR_RETURN(JobId id, ParseJobId(req.matches[1].str()));
+    call.object = "job/" + std::to_string(id);
+    TY_ASSIGN_OR_RETURN(JobView v, cluster.GetJob(id));
+    call.tenant = v.job.spec.tenant;
+    TY_RETURN_IF_ERROR(
+        Authorize(call.who, action, {v.job.spec.tenant, std::string(Owner(v.job.submitted_by))}));
+    return v;
+  };
+
+  routes.push_back({"GET", v1 + "/healthz", RouteAccess::kPublic, Action::kReadCluster});
   http.Get(v1 + "/healthz", [](const Request&, Response& res) {
     SendJson(res, 200, {{"ok", true}});
   });
+  user("GET", "/whoami", Action::kReadCluster, [](const Request&, Response& res, Call& call) {
+    SendJson(res, 200,
+             {{"user", call.who.user},
+              {"tenant", call.who.tenant},
+              {"role", RoleName(call.who.role)},
+              {"priority_classes", call.who.priority_classes},
+              {"token_id", call.who.token_id}});
+  });
 
   // --- jobs ---
-  http.Post(v1 + "/jobs", [&cluster, user](const Request& req, Response& res) {
-    auto parsed = ParseSubmit(req.body, req.params);
-    if (!parsed.ok()) return SendError(res, parsed.status());
-    auto ids = cluster.Submit(std::move(parsed->specs), user(req));
-    if (!ids.ok()) return SendError(res, ids.status());
-    ordered_json out = {{"id", ids->front()}, {"ids", *ids}, {"warnings", parsed->warnings}};
-    SendJson(res, 201, out);
-  });
-  http.Get(v1 + "/jobs", [&cluster](const Request& req, Response& res) {
-    auto r = ParseListJobs(req.params);
-    if (!r.ok()) return SendError(res, r.status());
-    auto page = cluster.ListJobs(*r);
-    if (!page.ok()) return SendError(res, page.status());
-    ordered_json jobs = ordered_json::array();
-    for (const Job& j : page->jobs) jobs.push_back(RenderJobSummary(j));
-    SendJson(res, 200,
-             {{"jobs", std::move(jobs)},
-              {"next_after",
-               page->next_after_id ? ordered_json(*page->next_after_id) : ordered_json(nullptr)}});
-  });
-  http.Get(v1 + R"(/jobs/([^/]+))", [&cluster, job_id](const Request& req, Response& res) {
-    auto id = job_id(req);
-    if (!id.ok()) return SendError(res, id.status());
-    auto v = cluster.GetJob(*id);
-    if (!v.ok()) return SendError(res, v.status());
-    SendJson(res, 200, RenderJob(*v));
-  });
+  user("POST", "/jobs", Action::kSubmitJobs,
+       [&cluster](const Request& req, Response& res, Call& call) {
+         auto parsed = ParseSubmit(req.body, req.params);
+         if (!parsed.ok()) return SendError(res, parsed.status());
+         const Principal& who = call.who;
+         const bool admin = who.role == Role::kClusterAdmin;
+         const auto classes = cluster.ListPriorityClasses();
+         int32_t default_value = 0;
+         for (const PriorityClass& pc : classes) {
+           if (pc.name == kDefaultPriorityClass) default_value = pc.value;
+         }
+         for (JobSpec& s : parsed->specs) {
+           // A spec that names no tenant (or the default one) goes to the caller's.
+           if (!admin && s.tenant == kDefaultTenant) s.tenant = who.tenant;
+           call.tenant = s.tenant;
+           if (Status st = Authorize(who, Action::kSubmitJobs, {s.tenant}); !st.ok()) {
+             return SendError(res, st);
+           }
+           for (const PriorityClass& pc : classes) {
+             if (pc.name != s.priority) continue;
+             if (Status st = AuthorizePriorityClass(who, pc.name, pc.value, default_value);
+                 !st.ok()) {
+               return SendError(res, st);
+             }
+           }
+         }
+         SubmitOptions so;
+         so.may_create_queues = admin;
+         auto ids = cluster.Submit(std::move(parsed->specs), who.Actor(), so);
+         if (!ids.ok() && ids.status().code() == StatusCode::kResourceExhausted) {
+           // The tenant's limit of unfinished jobs: retry once some have finished.
+           res.set_header("Retry-After", "10");
+           return SendJson(res, 429, {{"error", ids.status().message()}});
+         }
+         if (!ids.ok()) return SendError(res, ids.status());
+         call.object = "job/" + std::to_string(ids->front());
+         ordered_json out = {{"id", ids->front()}, {"ids", *ids}, {"warnings", parsed->warnings}};
+         SendJson(res, 201, out);
+       });
+  user("GET", "/jobs", Action::kReadJobs,
+       [&cluster](const Request& req, Response& res, Call& call) {
+         auto r = ParseListJobs(req.params);
+         if (!r.ok()) return SendError(res, r.status());
+         if (call.who.role != Role::kClusterAdmin) {
+           if (r->filter.tenant.empty()) r->filter.tenant = call.who.tenant;
+           if (Status s = Authorize(call.who, Action::kReadJobs, {r->filter.tenant}); !s.ok()) {
+             return SendError(res, s);
+           }
+         }
+         auto page = cluster.ListJobs(*r);
+         if (!page.ok()) return SendError(res, page.status());
+         ordered_json jobs = ordered_json::array();
+         for (const Job& j : page->jobs) jobs.push_back(RenderJobSummary(j));
+         SendJson(res, 200,
+                  {{"jobs", std::move(jobs)},
+                   {"next_after", page->next_after_id ? ordered_json(*page->next_after_id)
+                                                      : ordered_json(nullptr)}});
+       });
+  user("GET", R"(/jobs/([^/]+))", Action::kReadJobs,
+       [visible_job](const Request& req, Response& res, Call& call) {
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         SendJson(res, 200, RenderJob(*v));
+       });
   for (const std::string verb : {"cancel", "hold", "release"}) {
-    http.Post(v1 + R"(/jobs/([^/]+)/)" + verb,
-              [&cluster, job_id, user, verb](const Request& req, Response& res) {
-                auto id = job_id(req);
-                if (!id.ok()) return SendError(res, id.status());
-                Status s = verb == "cancel" ? cluster.Cancel(*id, user(req))
-                           : verb == "hold" ? cluster.Hold(*id, user(req))
-                                            : cluster.Release(*id, user(req));
-                if (!s.ok()) return SendError(res, s);
-                auto v = cluster.GetJob(*id);
-                if (!v.ok()) return SendError(res, v.status());
-                SendJson(res, 200, RenderJobSummary(v->job));
-              });
+    user("POST", R"(/jobs/([^/]+)/)" + verb, Action::kManageJob,
+         [&cluster, visible_job, verb](const Request& req, Response& res, Call& call) {
+           auto v = visible_job(req, call, Action::kManageJob);
+           if (!v.ok()) return SendError(res, v.status());
+           const JobId id = v->job.id;
+           const std::string actor = call.who.Actor();
+           Status s = verb == "cancel" ? cluster.Cancel(id, actor)
+                      : verb == "hold" ? cluster.Hold(id, actor)
+                                       : cluster.Release(id, actor);
+           if (!s.ok()) return SendError(res, s);
+           auto now = cluster.GetJob(id);
+           if (!now.ok()) return SendError(res, now.status());
+           SendJson(res, 200, RenderJobSummary(now->job));
+         });
   }
-  http.Get(v1 + R"(/jobs/([^/]+)/events)", [&cluster, job_id](const Request& req, Response& res) {
-    auto id = job_id(req);
-    if (!id.ok()) return SendError(res, id.status());
-    if (Status s = CheckParams(req.params, {"after", "limit"}); !s.ok()) return SendError(res, s);
-    int64_t after = 0, limit = 1000;
-    if (auto a = Param(req.params, "after")) {
-      auto v = ParseInt("after", *a, 0, INT64_MAX);
-      if (!v.ok()) return SendError(res, v.status());
-      after = *v;
-    }
-    if (auto l = Param(req.params, "limit")) {
-      auto v = ParseInt("limit", *l, 1, store::kMaxListLimit);
-      if (!v.ok()) return SendError(res, v.status());
-      limit = *v;
-    }
-    auto page = cluster.ListEvents(*id, after, static_cast<int>(limit));
-    if (!page.ok()) return SendError(res, page.status());
-    ordered_json events = ordered_json::array();
-    for (const auto& e : page->events) {
-      events.push_back({{"seq", e.seq},
-                        {"time_ms", e.time.time_since_epoch().count()},
-                        {"actor", e.actor},
-                        {"kind", e.kind},
-                        {"message", e.message}});
-    }
-    SendJson(res, 200,
-             {{"events", std::move(events)},
-              {"next_after", page->next_after_seq ? ordered_json(*page->next_after_seq)
-                                                  : ordered_json(nullptr)}});
-  });
-  http.Get(v1 + R"(/jobs/([^/]+)/logs)", [&cluster, &logs, job_id](const Request& req,
-                                                                   Response& res) {
-    auto id = job_id(req);
-    if (!id.ok()) return SendError(res, id.status());
-    if (Status s = CheckParams(req.params, {"rank", "attempt", "offset", "wait_ms", "max_bytes"});
-        !s.ok()) {
-      return SendError(res, s);
-    }
-    auto v = cluster.GetJob(*id);
-    if (!v.ok()) return SendError(res, v.status());
-    int64_t rank = 0, offset = 0, wait_ms = 0, max_bytes = kMaxLogChunkBytes;
-    int64_t attempt = v->job.attempts.empty() ? 0 : v->job.attempts.back().index;
-    struct P {
-      const char* name;
-      int64_t* out;
-      int64_t lo, hi;
-    };
-    for (P p :
-         {P{"rank", &rank, 0, 100'000'000}, P{"offset", &offset, 0, INT64_MAX},
-          P{"wait_ms", &wait_ms, 0, kMaxPollWait.count()},
-          P{"max_bytes", &max_bytes, 1, kMaxLogChunkBytes}, P{"attempt", &attempt, 0, 1'000'000}}) {
-      if (auto text = Param(req.params, p.name)) {
-        auto x = ParseInt(p.name, *text, p.lo, p.hi);
-        if (!x.ok()) return SendError(res, x.status());
-        *p.out = *x;
-      }
-    }
-    // Following a finished job would only wait: answer at once.
-    if (IsTerminal(v->job.state)) wait_ms = 0;
-    auto chunk = logs.ReadLog(*id, static_cast<int32_t>(attempt), static_cast<int32_t>(rank),
-                              offset, max_bytes, Duration(wait_ms));
-    if (!chunk.ok()) return SendError(res, chunk.status());
-    auto now = cluster.GetJob(*id);
-    res.set_header("X-Trainyard-Next-Offset", std::to_string(chunk->next_offset));
-    res.set_header("X-Trainyard-Attempt", std::to_string(attempt));
-    res.set_header("X-Trainyard-Job-State",
-                   std::string(JobStateName(now.ok() ? now->job.state : v->job.state)));
-    res.status = 200;
-    res.set_content(chunk->data, "application/octet-stream");
-  });
-  http.Post(v1 + R"(/jobs/([^/]+)/checkpoint)",
-            [&cluster, job_id, user](const Request& req, Response& res) {
-              auto id = job_id(req);
-              if (!id.ok()) return SendError(res, id.status());
-              auto r = ParseCheckpoint(req.body);
-              if (!r.ok()) return SendError(res, r.status());
-              if (Status s = cluster.ReportCheckpoint(*id, *r, user(req)); !s.ok())
-                return SendError(res, s);
-              auto v = cluster.GetJob(*id);
-              if (!v.ok()) return SendError(res, v.status());
-              SendJson(res, 200, RenderJob(*v));
-            });
+  user("GET", R"(/jobs/([^/]+)/events)", Action::kReadJobs,
+       [&cluster, visible_job](const Request& req, Response& res, Call& call) {
+         if (Status s = CheckParams(req.params, {"after", "limit"}); !s.ok()) {
+           return SendError(res, s);
+         }
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         int64_t after = 0, limit = 1000;
+         if (auto a = Param(req.params, "after")) {
+           auto x = ParseInt("after", *a, 0, INT64_MAX);
+           if (!x.ok()) return SendError(res, x.status());
+           after = *x;
+         }
+         if (auto l = Param(req.params, "limit")) {
+           auto x = ParseInt("limit", *l, 1, store::kMaxListLimit);
+           if (!x.ok()) return SendError(res, x.status());
+           limit = *x;
+         }
+         auto page = cluster.ListEvents(v->job.id, after, static_cast<int>(limit));
+         if (!page.ok()) return SendError(res, page.status());
+         ordered_json events = ordered_json::array();
+         for (const auto& e : page->events) {
+           events.push_back({{"seq", e.seq},
+                             {"time_ms", e.time.time_since_epoch().count()},
+                             {"actor", e.actor},
+                             {"kind", e.kind},
+                             {"message", e.message}});
+         }
+         SendJson(res, 200,
+                  {{"events", std::move(events)},
+                   {"next_after", page->next_after_seq ? ordered_json(*page->next_after_seq)
+                                                       : ordered_json(nullptr)}});
+       });
+  user("GET", R"(/jobs/([^/]+)/logs)", Action::kReadJobs,
+       [&cluster, &logs, visible_job](const Request& req, Response& res, Call& call) {
+         if (Status s =
+                 CheckParams(req.params, {"rank", "attempt", "offset", "wait_ms", "max_bytes"});
+             !s.ok()) {
+           return SendError(res, s);
+         }
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         const JobId id = v->job.id;
+         int64_t rank = 0, offset = 0, wait_ms = 0, max_bytes = kMaxLogChunkBytes;
+         int64_t attempt = v->job.attempts.empty() ? 0 : v->job.attempts.back().index;
+         struct P {
+           const char* name;
+           int64_t* out;
+           int64_t lo, hi;
+         };
+         for (P p : {P{"rank", &rank, 0, 100'000'000}, P{"offset", &offset, 0, INT64_MAX},
+                     P{"wait_ms", &wait_ms, 0, kMaxPollWait.count()},
+                     P{"max_bytes", &max_bytes, 1, kMaxLogChunkBytes},
+                     P{"attempt", &attempt, 0, 1'000'000}}) {
+           if (auto text = Param(req.params, p.name)) {
+             auto x = ParseInt(p.name, *text, p.lo, p.hi);
+             if (!x.ok()) return SendError(res, x.status());
+             *p.out = *x;
+           }
+         }
+         // Following a finished job would only wait: answer at once.
+         if (IsTerminal(v->job.state)) wait_ms = 0;
+         auto chunk = logs.ReadLog(id, static_cast<int32_t>(attempt), static_cast<int32_t>(rank),
+                                   offset, max_bytes, Duration(wait_ms));
+         if (!chunk.ok()) return SendError(res, chunk.status());
+         auto now = cluster.GetJob(id);
+         res.set_header("X-Trainyard-Next-Offset", std::to_string(chunk->next_offset));
+         res.set_header("X-Trainyard-Attempt", std::to_string(attempt));
+         res.set_header("X-Trainyard-Job-State",
+                        std::string(JobStateName(now.ok() ? now->job.state : v->job.state)));
+         res.status = 200;
+         res.set_content(chunk->data, "application/octet-stream");
+       });
+  user("POST", R"(/jobs/([^/]+)/checkpoint)", Action::kManageJob,
+       [&cluster, visible_job](const Request& req, Response& res, Call& call) {
+         auto r = ParseCheckpoint(req.body);
+         if (!r.ok()) return SendError(res, r.status());
+         auto v = visible_job(req, call, Action::kManageJob);
+         if (!v.ok()) return SendError(res, v.status());
+         if (Status s = cluster.ReportCheckpoint(v->job.id, *r, call.who.Actor()); !s.ok()) {
+           return SendError(res, s);
+         }
+         auto now = cluster.GetJob(v->job.id);
+         if (!now.ok()) return SendError(res, now.status());
+         SendJson(res, 200, RenderJob(*now));
+       });
 
   // --- nodes, queues, tenants, priority classes ---
-  http.Get(v1 + "/nodes", [&cluster](const Request&, Response& res) {
+  user("GET", "/nodes", Action::kReadCluster, [&cluster](const Request&, Response& res, Call&) {
     ordered_json nodes = ordered_json::array();
     for (const NodeView& n : cluster.ListNodes()) nodes.push_back(RenderNode(n));
     SendJson(res, 200, {{"nodes", std::move(nodes)}});
   });
-  http.Get(v1 + R"(/nodes/([^/]+))", [&cluster](const Request& req, Response& res) {
-    auto n = cluster.GetNode(req.matches[1].str());
-    if (!n.ok()) return SendError(res, n.status());
-    SendJson(res, 200, RenderNode(*n));
-  });
+  user("GET", R"(/nodes/([^/]+))", Action::kReadCluster,
+       [&cluster](const Request& req, Response& res, Call&) {
+         auto n = cluster.GetNode(req.matches[1].str());
+         if (!n.ok()) return SendError(res, n.status());
+         SendJson(res, 200, RenderNode(*n));
+       });
   for (const auto& action :
        std::vector<std::pair<std::string, NodeState>>{{"cordon", NodeState::kCordoned},
                                                       {"drain", NodeState::kDraining},
                                                       {"uncordon", NodeState::kReady}}) {
-    const std::string& verb = action.first;
     const NodeState state = action.second;  // a variable: clang 14 cannot capture bindings
-    http.Post(v1 + R"(/nodes/([^/]+)/)" + verb,
-              [&cluster, user, state](const Request& req, Response& res) {
-                const std::string name = req.matches[1].str();
-                if (Status s = cluster.SetNodeAdminState(name, state, user(req)); !s.ok()) {
-                  return SendError(res, s);
-                }
-                auto n = cluster.GetNode(name);
-                if (!n.ok()) return SendError(res, n.status());
-                SendJson(res, 200, RenderNode(*n));
-              });
+    user("POST", R"(/nodes/([^/]+)/)" + action.first, Action::kManageNodes,
+         [&cluster, state](const Request& req, Response& res, Call& call) {
+           const std::string name = req.matches[1].str();
+           call.object = "node/" + name.substr(0, 128);
+           if (Status s = Authorize(call.who, Action::kManageNodes, {}); !s.ok()) {
+             return SendError(res, s);
+           }
+           if (Status s = cluster.SetNodeAdminState(name, state, call.who.Actor()); !s.ok()) {
+             return SendError(res, s);
+           }
+           auto n = cluster.GetNode(name);
+           if (!n.ok()) return SendError(res, n.status());
+           SendJson(res, 200, RenderNode(*n));
+         });
   }
-  http.Get(v1 + "/queues", [&cluster](const Request&, Response& res) {
+  user("GET", "/queues", Action::kReadCluster, [&cluster](const Request&, Response& res, Call&) {
     ordered_json queues = ordered_json::array();
     for (const QueueView& q : cluster.ListQueues()) queues.push_back(RenderQueue(q));
     SendJson(res, 200, {{"queues", std::move(queues)}});
   });
-  http.Get(v1 + "/tenants", [&cluster](const Request&, Response& res) {
+  user("GET", "/tenants", Action::kReadCluster, [&cluster](const Request&, Response& res, Call&) {
     ordered_json tenants = ordered_json::array();
     for (const Tenant& t : cluster.ListTenants()) tenants.push_back(ToJson(t));
     SendJson(res, 200, {{"tenants", std::move(tenants)}});
   });
-  http.Get(v1 + "/priority-classes", [&cluster](const Request&, Response& res) {
-    ordered_json classes = ordered_json::array();
-    for (const PriorityClass& pc : cluster.ListPriorityClasses()) classes.push_back(ToJson(pc));
-    SendJson(res, 200, {{"priority_classes", std::move(classes)}});
+  user("GET", "/priority-classes", Action::kReadCluster,
+       [&cluster](const Request&, Response& res, Call&) {
+         ordered_json classes = ordered_json::array();
+         for (const PriorityClass& pc : cluster.ListPriorityClasses()) {
+           classes.push_back(ToJson(pc));
+         }
+         SendJson(res, 200, {{"priority_classes", std::move(classes)}});
+       });
+
+  // --- users, tokens, audit ---
+  user("GET", "/users", Action::kReadUsers, [&access](const Request&, Response& res, Call& call) {
+    auto users = access.ListUsers(call.who);
+    if (!users.ok()) return SendError(res, users.status());
+    ordered_json out = ordered_json::array();
+    for (const User& u : *users) out.push_back(RenderUser(u));
+    SendJson(res, 200, {{"users", std::move(out)}});
   });
+  user("POST", "/users", Action::kManageUsers,
+       [&access, &cluster](const Request& req, Response& res, Call& call) {
+         auto j = ParseJsonBody(req.body, "user");
+         if (!j.ok()) return SendError(res, j.status());
+         if (Status s = CheckBodyKeys(*j, "user", {"name", "tenant", "role", "priority_classes"});
+             !s.ok()) {
+           return SendError(res, s);
+         }
+         User u;
+         auto name = StringField(*j, "user", "name", 63);
+         auto tenant = StringField(*j, "user", "tenant", 63);
+         auto role = StringField(*j, "user", "role", 32);
+         auto classes = StringListField(*j, "user", "priority_classes");
+         for (const Status& s : {name.status(), tenant.status(), role.status(), classes.status()}) {
+           if (!s.ok()) return SendError(res, s);
+         }
+         if (!*name) return SendError(res, InvalidArgument("user.name: required"));
+         u.name = **name;
+         call.object = "user/" + u.name;
+         u.role = Role::kMember;
+         if (*role) {
+           auto r = ParseRole(**role);
+           if (!r.ok()) return SendError(res, r.status());
+           u.role = *r;
+         }
+         // A tenant-admin's users join its tenant unless told otherwise.
+         u.tenant = *tenant ? **tenant : u.role == Role::kClusterAdmin ? "" : call.who.tenant;
+         call.tenant = u.tenant;
+         if (*classes) u.priority_classes = **classes;
+         if (Status s = ValidateUser(u); !s.ok()) return SendError(res, s);
+         if (Status s = Authorize(call.who, Action::kManageUsers, {u.tenant, u.name, u.role});
+             !s.ok()) {
+           return SendError(res, s);
+         }
+         if (!u.tenant.empty()) {
+           if (Status s = cluster.EnsureTenant(u.tenant, call.who.Actor()); !s.ok()) {
+             return SendError(res, s);
+           }
+         }
+         auto created = access.CreateUser(call.who, u);
+         if (!created.ok()) return SendError(res, created.status());
+         SendJson(res, 201, RenderUser(*created));
+       });
+  user("GET", R"(/users/([^/]+))", Action::kReadUsers,
+       [&access](const Request& req, Response& res, Call& call) {
+         auto u = access.GetUser(call.who, req.matches[1].str());
+         if (!u.ok()) return SendError(res, u.status());
+         SendJson(res, 200, RenderUser(*u));
+       });
+  user("PATCH", R"(/users/([^/]+))", Action::kManageUsers,
+       [&access](const Request& req, Response& res, Call& call) {
+         const std::string name = req.matches[1].str();
+         call.object = "user/" + name.substr(0, 63);
+         call.tenant = access.TenantOf(name);
+         auto j = ParseJsonBody(req.body, "user");
+         if (!j.ok()) return SendError(res, j.status());
+         if (Status s = CheckBodyKeys(*j, "user", {"role", "priority_classes"}); !s.ok()) {
+           return SendError(res, s);
+         }
+         auto role_text = StringField(*j, "user", "role", 32);
+         if (!role_text.ok()) return SendError(res, role_text.status());
+         auto classes = StringListField(*j, "user", "priority_classes");
+         if (!classes.ok()) return SendError(res, classes.status());
+         std::optional<Role> role;
+         if (*role_text) {
+           auto r = ParseRole(**role_text);
+           if (!r.ok()) return SendError(res, r.status());
+           role = *r;
+         }
+         auto u = access.UpdateUser(call.who, name, role, *classes);
+         if (!u.ok()) return SendError(res, u.status());
+         SendJson(res, 200, RenderUser(*u));
+       });
+  user("DELETE", R"(/users/([^/]+))", Action::kManageUsers,
+       [&access](const Request& req, Response& res, Call& call) {
+         const std::string name = req.matches[1].str();
+         call.object = "user/" + name.substr(0, 63);
+         call.tenant = access.TenantOf(name);
+         if (Status s = access.DeleteUser(call.who, name); !s.ok()) return SendError(res, s);
+         SendJson(res, 200, {{"deleted", name}});
+       });
+  user("GET", "/tokens", Action::kManageOwnTokens,
+       [&access](const Request& req, Response& res, Call& call) {
+         if (Status s = CheckParams(req.params, {"user"}); !s.ok()) return SendError(res, s);
+         auto tokens = access.ListTokens(call.who, Param(req.params, "user").value_or(""));
+         if (!tokens.ok()) return SendError(res, tokens.status());
+         ordered_json out = ordered_json::array();
+         for (const ApiToken& t : *tokens) out.push_back(RenderToken(t));
+         SendJson(res, 200, {{"tokens", std::move(out)}});
+       });
+  user(
+      "POST", "/tokens", Action::kManageOwnTokens,
+      [&access](const Request& req, Response& res, Call& call) {
+        auto j = ParseJsonBody(req.body.empty() ? std::string_view("{}") : req.body, "token");
+        if (!j.ok()) return SendError(res, j.status());
+        if (Status s = CheckBodyKeys(*j, "token", {"user", "description", "expires_in"}); !s.ok()) {
+          return SendError(res, s);
+        }
+        auto owner = StringField(*j, "token", "user", 63);
+        auto description = StringField(*j, "token", "description", 200);
+        auto expires = StringField(*j, "token", "expires_in", 32);
+        for (const Status& s : {owner.status(), description.status(), expires.status()}) {
+          if (!s.ok()) return SendError(res, s);
+        }
+        std::optional<Duration> ttl;
+        if (*expires) {
+          auto d = ParseDuration(**expires);
+          if (!d.ok() || d->count() <= 0 || *d > Duration(std::chrono::hours(24 * 3650))) {
+            return SendError(res, InvalidArgument("token.expires_in: expected a duration from 1s "
+                                                  "to 3650d (\"90d\", \"12h\"), got " +
+                                                  QuoteForMessage(**expires)));
+          }
+          ttl = *d;
+        }
+        const std::string who = owner->value_or("");
+        call.object = "user/" + (who.empty() ? call.who.user : who);
+        call.tenant = access.TenantOf(who.empty() ? call.who.user : who);
+        auto t = access.CreateToken(call.who, who, description->value_or(""), ttl);
+        if (!t.ok()) return SendError(res, t.status());
+        call.object = "token/" + t->token.id;
+        ordered_json out = RenderToken(t->token);
+        out["token"] = t->text;
+        SendJson(res, 201, out);
+      });
+  user("DELETE", R"(/tokens/([^/]+))", Action::kManageOwnTokens,
+       [&access](const Request& req, Response& res, Call& call) {
+         const std::string id = req.matches[1].str();
+         call.object = "token/" + id.substr(0, 32);
+         auto t = access.RevokeToken(call.who, id);
+         if (!t.ok()) return SendError(res, t.status());
+         call.tenant = access.TenantOf(t->user);
+         SendJson(res, 200, RenderToken(*t));
+       });
+  user("GET", "/audit", Action::kReadAudit,
+       [&access](const Request& req, Response& res, Call& call) {
+         if (Status s = CheckParams(req.params, {"actor", "tenant", "object", "after", "limit"});
+             !s.ok()) {
+           return SendError(res, s);
+         }
+         AuditFilter f;
+         f.actor = Param(req.params, "actor").value_or("");
+         f.tenant = Param(req.params, "tenant").value_or("");
+         f.object = Param(req.params, "object").value_or("");
+         int64_t after = 0, limit = 100;
+         if (auto a = Param(req.params, "after")) {
+           auto x = ParseInt("after", *a, 0, INT64_MAX);
+           if (!x.ok()) return SendError(res, x.status());
+           after = *x;
+         }
+         if (auto l = Param(req.params, "limit")) {
+           auto x = ParseInt("limit", *l, 1, store::kMaxListLimit);
+           if (!x.ok()) return SendError(res, x.status());
+           limit = *x;
+         }
+         auto page = access.ListAudit(call.who, f, after, static_cast<int>(limit));
+         if (!page.ok()) return SendError(res, page.status());
+         ordered_json out = ordered_json::array();
+         for (const AuditEntry& e : page->entries) out.push_back(RenderAudit(e));
+         SendJson(res, 200,
+                  {{"entries", std::move(out)},
+                   {"next_after", page->next_after_seq ? ordered_json(*page->next_after_seq)
+                                                       : ordered_json(nullptr)}});
+       });
 
   // --- agents ---
   const std::string token = options.join_token;
+  for (const char* path :
+       {"/agent/register", "/agent/heartbeat", "/agent/poll", "/agent/logs", "/agent/metrics"}) {
+    routes.push_back({"POST", v1 + path, RouteAccess::kAgent, Action::kReadCluster});
+  }
   auto authorized = [token](const Request& req, Response& res) {
-    if (req.get_header_value("Authorization") == "Bearer " + token) return true;
+    // Only the join token: a user's API token is not accepted here.
+    if (!token.empty() &&
+        ConstantTimeEqual(req.get_header_value("Authorization"), "Bearer " + token)) {
+      return true;
+    }
     SendJson(res, 401, {{"error", "missing or wrong join token (Authorization: Bearer <token>)"}});
     return false;
   };
@@ -740,6 +1136,7 @@ void InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs, ApiOpti
         }
         SendJson(res, 200, {{"next_offset", *next}});
       });
+  return routes;
 }
 
 }  // namespace trainyard::server

@@ -8,6 +8,11 @@
 // 507, Unavailable 503, others 500. Every error body is {"error": "..."}. Parsing
 // happens before anything is changed, so malformed input changes nothing.
 //
+// Authentication: user endpoints need "Authorization: Bearer <API token>"
+// (Unauthenticated 401), and what the caller may do is checked against the object's
+// tenant and owner (PermissionDenied 403); agent endpoints need the join token; a
+// token that has used up its rate gets 429 with Retry-After.
+//
 // Thread-safety: Api holds references to thread-safe objects; its handlers run on
 // the HTTP server's worker threads concurrently.
 #pragma once
@@ -17,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "core/auth.h"
 #include "core/status.h"
+#include "server/access.h"
 #include "server/cluster.h"
 #include "server/logs.h"
 
@@ -50,6 +57,7 @@ Result<ListJobsRequest> ParseListJobs(const Params& params);
 Result<JobId> ParseJobId(std::string_view text);
 Result<CheckpointReport> ParseCheckpoint(std::string_view body);
 
+// The job as people see it: the values of its spec's secret_env are "<redacted>".
 nlohmann::ordered_json RenderJob(const JobView& view);
 nlohmann::ordered_json RenderJobSummary(const Job& job);
 nlohmann::ordered_json RenderNode(const NodeView& view);
@@ -59,8 +67,22 @@ struct ApiOptions {
   std::string join_token;  // agents must send it as a Bearer token
 };
 
-// Installs every route on `http`.
-void InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs, ApiOptions options);
+// Who may call a route: anyone (health checks), agents (the join token), or users
+// (an API token, then the rules of core/auth.h for `action` on the object).
+enum class RouteAccess { kPublic, kAgent, kUser };
+struct RouteInfo {
+  std::string method;   // GET, POST, PATCH, DELETE
+  std::string pattern;  // as registered, e.g. "/api/v1/jobs/([^/]+)/cancel"
+  RouteAccess access = RouteAccess::kUser;
+  Action action = Action::kReadCluster;  // for kUser routes
+};
+
+// Installs every route on `http` and returns them (the authorization matrix test
+// walks this list, so a new route without a rule in that test fails it). User routes
+// authenticate with `access`, are rate-limited per token, and every request that is
+// not a GET is written to the audit log, allowed or not.
+std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
+                                  AccessControl& access, ApiOptions options);
 
 // Standard base64 (RFC 4648, with padding); InvalidArgument on bad input.
 Result<std::string> DecodeBase64(std::string_view text);

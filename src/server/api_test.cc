@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "core/spec_codec.h"
 #include "store/memory_store.h"
 
 namespace trainyard::server {
@@ -77,6 +78,24 @@ TEST(DecodeBase64Test, RoundTrips) {
   EXPECT_FALSE(DecodeBase64("a*==").ok());
 }
 
+TEST(RenderJobTest, SecretEnvValuesAreRedacted) {
+  SpecParseResult r = ParseSpec(
+      "name: s\ncommand: [x]\nenv: {HF_TOKEN: hf_abc123, LR: '0.1'}\nsecret_env: [HF_TOKEN]\n",
+      "s.yaml");
+  ASSERT_TRUE(r.ok());
+  JobView v;
+  v.job.id = 7;
+  v.job.spec = *r.spec;
+  RankView rank;
+  rank.message = "exited";
+  v.ranks.push_back(rank);
+  json j = RenderJob(v);
+  EXPECT_EQ(j["spec"]["env"]["HF_TOKEN"], "<redacted>");
+  EXPECT_EQ(j["spec"]["env"]["LR"], "0.1");
+  EXPECT_EQ(j["spec"]["secret_env"], json::array({"HF_TOKEN"}));
+  EXPECT_EQ(j.dump().find("hf_abc123"), std::string::npos) << j.dump();
+}
+
 // The whole API on a real HTTP server on a port picked by the kernel.
 class ApiTest : public ::testing::Test {
  protected:
@@ -85,10 +104,17 @@ class ApiTest : public ::testing::Test {
     ASSERT_TRUE(c.ok());
     cluster_ = std::move(*c);
     logs_ = std::make_unique<LogStore>(::testing::TempDir() + "/api_test_logs");
-    InstallApi(http_, *cluster_, *logs_, ApiOptions{"secret"});
+    // These tests are about the API's behaviour, not who may call it (authz_test.cc):
+    // every caller is the cluster admin "local".
+    auto access = AccessControl::Open(&store_, &clock_, {.insecure_local = true});
+    ASSERT_TRUE(access.ok());
+    access_ = std::move(*access);
+    InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"secret"});
     port_ = http_.bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     thread_ = std::thread([this] { http_.listen_after_bind(); });
+    // A stop() before the thread starts listening would be lost and join would hang.
+    while (!http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
   }
   void TearDown() override {
@@ -118,6 +144,7 @@ class ApiTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<AccessControl> access_;
   httplib::Server http_;
   std::thread thread_;
   int port_ = 0;

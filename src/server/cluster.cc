@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <sstream>
 
 #include "core/names.h"
+#include "core/spec_paths.h"
 #include "sched/retry.h"
 #include "sched/schedule.h"
 
@@ -183,9 +185,23 @@ std::vector<sched::Placement> PlacementOf(const Attempt& a) {
   return out;
 }
 
+// The path rules of `o` in normal form (core/spec_paths.h).
+PathPolicy PathPolicyOf(const ClusterOptions& o) {
+  PathPolicy p;
+  p.allowed_dirs = o.allowed_dirs;
+  for (std::string& d : p.allowed_dirs) d = NormalizePath(d);
+  // The admin's own path: a ".." in it is resolved, not refused.
+  p.checkpoint_root =
+      o.checkpoint_root.empty()
+          ? ""
+          : NormalizePath(std::filesystem::path(o.checkpoint_root).lexically_normal().string());
+  return p;
+}
+
 struct SubmitRequest {
   std::vector<JobSpec> specs;
   std::string actor;
+  SubmitOptions options;
   std::optional<Result<std::vector<JobId>>> result;  // written by the leader
   bool done = false;                                 // GUARDED_BY(submit_mu_): result is final
   std::condition_variable cv;                        // its submitter waits here
@@ -209,12 +225,14 @@ PassPlan::~PassPlan() = default;
 class Cluster::Impl {
  public:
   Impl(store::Store* store, const Clock* clock, ClusterOptions options)
-      : store_(store), clock_(clock), opt_(std::move(options)) {}
+      : store_(store), clock_(clock), opt_(std::move(options)), paths_(PathPolicyOf(opt_)) {}
 
   Status Load();
 
   // Users.
-  Result<std::vector<JobId>> Submit(std::vector<JobSpec> specs, const std::string& actor);
+  Result<std::vector<JobId>> Submit(std::vector<JobSpec> specs, const std::string& actor,
+                                    SubmitOptions options);
+  Status EnsureTenant(const std::string& name, const std::string& actor);
   Result<JobView> GetJob(JobId id);
   Result<store::JobPage> ListJobs(const ListJobsRequest& request);
   Result<store::EventPage> ListEvents(JobId id, int64_t after_seq, int limit);
@@ -310,12 +328,13 @@ class Cluster::Impl {
   // Moves the job on from what its ranks report: Running when all run; stop the
   // gang when one fails; end the attempt when all are done. Commits what it changes.
   Status EvaluateLocked(JobId id);
-  void UpdateRankLocked(Rank& r, const TaskStatus& t) {
+  void UpdateRankLocked(const JobSpec& spec, Rank& r, const TaskStatus& t) {
     if (t.state == "exited") {
       r.state = RankState::kExited;
       r.exit_code = t.exit_code;
       r.signal = t.signal;
-      r.message = t.message;
+      // It reaches events, job reasons and the API: never with a secret in it.
+      r.message = RedactSecretValues(spec, t.message);
     } else if (!Done(r.state)) {
       r.state = t.state == "running" ? RankState::kRunning : RankState::kStarting;
     }
@@ -336,6 +355,7 @@ class Cluster::Impl {
   store::Store* const store_;
   const Clock* const clock_;
   const ClusterOptions opt_;
+  const PathPolicy paths_;  // of opt_
 
   // One pass at a time (SchedulePass runs sched::Schedule without mu_; only passes
   // allocate GPUs, so a GPU free in a pass's snapshot is free until it applies).
@@ -357,6 +377,7 @@ class Cluster::Impl {
   std::map<JobId, JobEntry> jobs_;          // GUARDED_BY(mu_): active
   std::map<std::string, NodeEntry> nodes_;  // GUARDED_BY(mu_)
   std::map<std::string, Tenant> tenants_;   // GUARDED_BY(mu_)
+  std::map<std::string, int64_t> unfinished_by_tenant_;          // GUARDED_BY(mu_): jobs_ by tenant
   std::map<std::pair<std::string, std::string>, Queue> queues_;  // GUARDED_BY(mu_)
   std::map<std::string, PriorityClass> classes_;                 // GUARDED_BY(mu_)
 
@@ -427,6 +448,7 @@ Status Cluster::Impl::Load() {
       g.stop_message = e.job.reason;
       e.gang = std::move(g);
     }
+    ++unfinished_by_tenant_[e.job.spec.tenant];
     jobs_[e.job.id] = std::move(e);
   }
   dirty_ = true;
@@ -529,11 +551,19 @@ JobView Cluster::Impl::ViewLocked(const JobEntry& e) const {
 // --- submission (group commit) ----------------------------------------------------------
 
 Result<std::vector<JobId>> Cluster::Impl::Submit(std::vector<JobSpec> specs,
-                                                 const std::string& actor) {
+                                                 const std::string& actor, SubmitOptions options) {
   if (specs.empty()) return InvalidArgument("submit: no job given");
+  for (const JobSpec& s : specs) {
+    std::vector<Diagnostic> bad = CheckSpecPaths(s, paths_);
+    if (bad.empty()) continue;
+    std::string msg;
+    for (const Diagnostic& d : bad) msg += (msg.empty() ? "" : "; ") + d.ToString();
+    return InvalidArgument(std::move(msg));
+  }
   SubmitRequest req;
   req.specs = std::move(specs);
   req.actor = actor;
+  req.options = options;
   std::unique_lock lk(submit_mu_);
   submit_queue_.push_back(&req);
   while (!req.done) {
@@ -582,8 +612,22 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
     std::lock_guard lk(mu_);
     std::set<std::string> tenants_added;
     std::set<std::pair<std::string, std::string>> queues_added;
+    std::map<std::string, int64_t> added_by_tenant;
     for (SubmitRequest* r : group) {
       Status bad;
+      std::map<std::string, int64_t> mine;
+      for (const JobSpec& s : r->specs) ++mine[s.tenant];
+      for (const auto& [tenant, n] : mine) {
+        auto have = unfinished_by_tenant_.find(tenant);
+        const int64_t total =
+            (have == unfinished_by_tenant_.end() ? 0 : have->second) + added_by_tenant[tenant] + n;
+        if (total > opt_.max_unfinished_jobs_per_tenant) {
+          bad = ResourceExhausted("tenant " + QuoteForMessage(tenant) + " may have at most " +
+                                  std::to_string(opt_.max_unfinished_jobs_per_tenant) +
+                                  " unfinished jobs; this submission would make it " +
+                                  std::to_string(total));
+        }
+      }
       for (size_t i = 0; i < r->specs.size() && bad.ok(); ++i) {
         const JobSpec& s = r->specs[i];
         if (!classes_.contains(s.priority)) {
@@ -593,9 +637,9 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
                                 "; valid: " + valid);
         } else if (!queues_.contains({s.tenant, s.queue}) &&
                    !queues_added.contains({s.tenant, s.queue})) {
-          if (!opt_.auto_create_queues) {
+          if (!opt_.auto_create_queues || !r->options.may_create_queues) {
             bad = InvalidArgument("queue: tenant " + QuoteForMessage(s.tenant) + " has no queue " +
-                                  QuoteForMessage(s.queue));
+                                  QuoteForMessage(s.queue) + "; a cluster-admin creates queues");
           }
         }
       }
@@ -612,6 +656,7 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
           new_queues.push_back(Queue{s.queue, s.tenant, "", 0, kMaxQueueGpus, 1.0});
         }
       }
+      for (const auto& [tenant, n] : mine) added_by_tenant[tenant] += n;
       accepted.push_back(r);
     }
   }
@@ -656,6 +701,7 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
     for (Queue& q : new_queues) queues_[{q.tenant, q.name}] = q;
     for (Job& job : jobs) {
       const JobId id = job.id;
+      ++unfinished_by_tenant_[job.spec.tenant];
       jobs_[id] = JobEntry{std::move(job), std::nullopt, nullptr};
     }
     dirty_ = true;
@@ -745,6 +791,21 @@ Result<store::EventPage> Cluster::Impl::ListEvents(JobId id, int64_t after_seq, 
   return store_->ListEvents(id, after_seq, limit);
 }
 
+Status Cluster::Impl::EnsureTenant(const std::string& name, const std::string& actor) {
+  TY_RETURN_IF_ERROR(ValidateTenant(Tenant{name, ""}));
+  std::lock_guard lk(mu_);
+  if (tenants_.contains(name)) return Status::Ok();
+  const Tenant tenant{name, "created by " + actor};
+  const Queue queue{kDefaultQueue, name, "", 0, kMaxQueueGpus, 1.0};
+  store::WriteBatch b;
+  b.PutTenant(tenant);
+  if (!queues_.contains({name, kDefaultQueue})) b.PutQueue(queue);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  tenants_[name] = tenant;
+  queues_.try_emplace({name, kDefaultQueue}, queue);
+  return Status::Ok();
+}
+
 Status Cluster::Impl::Cancel(JobId id, const std::string& actor) {
   std::lock_guard lk(mu_);
   auto it = jobs_.find(id);
@@ -764,6 +825,7 @@ Status Cluster::Impl::Cancel(JobId id, const std::string& actor) {
     b.AppendEvent(id, now, actor, "Cancelled",
                   "cancelled while " + std::string(JobStateName(e.job.state)));
     TY_RETURN_IF_ERROR(CommitLocked(b));
+    --unfinished_by_tenant_[it->second.job.spec.tenant];
     jobs_.erase(it);
     dirty_ = true;
     return Status::Ok();
@@ -832,6 +894,8 @@ Status Cluster::Impl::ReportCheckpoint(JobId id, const CheckpointReport& report,
                               std::string(JobStateName(e.job.state)) +
                               "; checkpoints are reported while it runs");
   }
+  // It becomes the next attempt's TRAINYARD_RESUME_FROM: the spec's path rules hold.
+  TY_RETURN_IF_ERROR(CheckReportedCheckpoint(report.path, e.job.spec, paths_));
   const Timestamp now = clock_->Now();
   Job next = e.job;
   next.checkpoint = CheckpointInfo{report.path, report.step, now, report.write_duration};
@@ -992,6 +1056,7 @@ TaskStart Cluster::Impl::BuildStart(const JobEntry& e, const Rank& r) const {
   t.workdir = job.spec.working_dir;
   t.gpus = r.gpus;
   t.env = job.spec.env;
+  t.secret_env = job.spec.secret_env;
   std::string master_addr = "127.0.0.1";
   if (!g.ranks.empty()) {
     auto n = nodes_.find(g.ranks.front().node);
@@ -1013,9 +1078,11 @@ TaskStart Cluster::Impl::BuildStart(const JobEntry& e, const Rank& r) const {
   env["TRAINYARD_ATTEMPT"] = std::to_string(g.attempt);
   env["TRAINYARD_TASK_ID"] = t.task_id;
   env["TRAINYARD_NUM_REPLICAS"] = std::to_string(g.ranks.size() / static_cast<size_t>(procs));
-  env["TRAINYARD_CHECKPOINT_DIR"] = !job.spec.checkpoint.dir.empty()
-                                        ? job.spec.checkpoint.dir
-                                        : opt_.checkpoint_root + "/" + std::to_string(job.id);
+  // The default depends only on the job, so every attempt finds what the last one wrote.
+  env["TRAINYARD_CHECKPOINT_DIR"] =
+      !job.spec.checkpoint.dir.empty()
+          ? job.spec.checkpoint.dir
+          : DefaultCheckpointDir(paths_.checkpoint_root, job.spec.tenant, job.id);
   env["TRAINYARD_RESUME_FROM"] = job.checkpoint ? job.checkpoint->path : "";
   // The SDK treats this signal as the preemption notice (what PreemptLocked sends).
   env["TRAINYARD_PREEMPT_SIGNAL"] =
@@ -1216,7 +1283,10 @@ Status Cluster::Impl::EvaluateLocked(JobId id) {
   TY_RETURN_IF_ERROR(CommitLocked(b));
   e.job = std::move(next);
   e.gang.reset();
-  if (IsTerminal(e.job.state)) jobs_.erase(it);
+  if (IsTerminal(e.job.state)) {
+    --unfinished_by_tenant_[e.job.spec.tenant];
+    jobs_.erase(it);
+  }
   dirty_ = true;
   cv_.notify_all();
   return Status::Ok();
@@ -1285,7 +1355,7 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
       if (t.state != "exited") reply.stop.push_back(t.task_id);
       continue;
     }
-    UpdateRankLocked(*r, t);
+    UpdateRankLocked(e->job.spec, *r, t);
     touched.insert(e->job.id);
     if (t.state != "exited" &&
         (e->gang->stopping != Stopping::kNone || e->job.state == JobState::kPreempting)) {
@@ -1353,7 +1423,7 @@ Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat&
       continue;
     }
     if (r->state == RankState::kGone) continue;
-    UpdateRankLocked(*r, t);
+    UpdateRankLocked(e->job.spec, *r, t);
     touched.insert(e->job.id);
   }
   for (JobId id : touched) TY_RETURN_IF_ERROR(EvaluateLocked(id));
@@ -1659,8 +1729,12 @@ Result<std::unique_ptr<Cluster>> Cluster::Open(store::Store* store, const Clock*
 Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Cluster::~Cluster() = default;
 
-Result<std::vector<JobId>> Cluster::Submit(std::vector<JobSpec> specs, const std::string& actor) {
-  return impl_->Submit(std::move(specs), actor);
+Result<std::vector<JobId>> Cluster::Submit(std::vector<JobSpec> specs, const std::string& actor,
+                                           SubmitOptions options) {
+  return impl_->Submit(std::move(specs), actor, options);
+}
+Status Cluster::EnsureTenant(const std::string& name, const std::string& actor) {
+  return impl_->EnsureTenant(name, actor);
 }
 Result<JobView> Cluster::GetJob(JobId id) { return impl_->GetJob(id); }
 Result<store::JobPage> Cluster::ListJobs(const ListJobsRequest& r) { return impl_->ListJobs(r); }

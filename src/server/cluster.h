@@ -63,11 +63,20 @@ struct ClusterOptions {
   Duration heartbeat_interval{1'000};  // told to agents on register
   Duration stop_grace{10'000};         // SIGTERM -> SIGKILL for `stop` commands
   Duration start_resend{15'000};       // a rank not reported this long after its start: resend
-  // Root for checkpoints of jobs that name no checkpoint.dir: <root>/<job id>.
+  // Root for checkpoints of jobs that name no checkpoint.dir: <root>/<tenant>/<job id>.
+  // A job may name a checkpoint.dir (or any path) in its own tenant's part of the root,
+  // never in another's (core/spec_paths.h).
   std::string checkpoint_root = "/tmp/trainyard/checkpoints";
+  // Directories (absolute) every path a spec names must lie in, checked lexically at
+  // submission (core/spec_paths.h); empty: anywhere, only ".." and control characters
+  // are refused. The server's --allowed-dirs.
+  std::vector<std::string> allowed_dirs;
   // Tenants and queues named by a submission are created on first use (queue
   // guarantee 0, no limit). When false, a submission to an unknown queue is refused.
   bool auto_create_queues = true;
+  // Jobs a tenant may have unfinished (pending, starting, running) at once; a
+  // submission beyond it is refused whole (ResourceExhausted).
+  int64_t max_unfinished_jobs_per_tenant = 1'000'000;
 };
 
 // One rank of a started gang, as the server knows it.
@@ -120,6 +129,12 @@ struct CheckpointReport {
   Duration write_duration{0};
 };
 
+struct SubmitOptions {
+  // Whether queues (and tenants) the specs name may be created (when the cluster's
+  // auto_create_queues allows it at all). The API allows it to cluster admins only.
+  bool may_create_queues = true;
+};
+
 struct RegisterReply {
   Duration heartbeat_interval{1000};
   std::vector<std::string> stop;
@@ -156,9 +171,14 @@ class Cluster {
   ~Cluster();
 
   // --- users ---------------------------------------------------------------------
-  // Validates (tenant/queue, priority class), commits all `specs` as new Pending
+  // Validates (paths against the allowed dirs and the tenant's part of the checkpoint
+  // root, tenant/queue, priority class), commits all `specs` as new Pending
   // jobs in one group commit, and returns their ids in order. All or nothing.
-  Result<std::vector<JobId>> Submit(std::vector<JobSpec> specs, const std::string& actor);
+  Result<std::vector<JobId>> Submit(std::vector<JobSpec> specs, const std::string& actor,
+                                    SubmitOptions options = {});
+  // Creates tenant `name` with its default queue (no guarantee, no limit) unless it
+  // exists.
+  Status EnsureTenant(const std::string& name, const std::string& actor);
   Result<JobView> GetJob(JobId id);
   Result<store::JobPage> ListJobs(const ListJobsRequest& request);
   Result<store::EventPage> ListEvents(JobId id, int64_t after_seq, int limit);

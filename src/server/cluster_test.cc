@@ -623,5 +623,133 @@ TEST_F(ClusterTest, PassWithNothingNewIsSkippedUntilSomethingChanges) {
   EXPECT_EQ(State(big), JobState::kStarting);
 }
 
+TEST_F(ClusterTest, DefaultCheckpointDirIsPerTenantAndTheSameOnEveryAttempt) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit(
+      "name: ck\ntenant: nlp\nresources: {gpus: 4}\ncommand: [train]\n"
+      "retry: {max: 1, backoff: 1s}\n");
+  Pass();
+  auto first = Commands("node-0");
+  ASSERT_THAT(first, SizeIs(1));
+  const std::string dir = "/tmp/trainyard/checkpoints/nlp/" + std::to_string(id);
+  EXPECT_EQ(first[0].start.env.at("TRAINYARD_CHECKPOINT_DIR"), dir);
+  Beat("node-0", {Task(first[0], "running")});
+  ASSERT_TRUE(cluster_->ReportCheckpoint(id, {dir + "/step-10", 10, Duration(100)}, "t").ok());
+  Beat("node-0", {Task(first[0], "exited", 1)});
+  ASSERT_EQ(State(id), JobState::kPending);
+  clock_.Advance(Duration(2'000));
+  Pass();
+  auto second = Commands("node-0");
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_EQ(second[0].start.attempt, 1);
+  EXPECT_EQ(second[0].start.env.at("TRAINYARD_CHECKPOINT_DIR"), dir);
+  EXPECT_EQ(second[0].start.env.at("TRAINYARD_RESUME_FROM"), dir + "/step-10");
+}
+
+TEST_F(ClusterTest, SubmitRefusesPathsOutsideTheAllowedDirsAndStoresNothing) {
+  options_.allowed_dirs = {"/data/", "/scratch"};
+  options_.checkpoint_root = "/srv/ty/checkpoints";
+  Open();
+  auto outside = cluster_->Submit(
+      {Spec("name: x\ncommand: [x]\nworking_dir: /data2/run\ncheckpoint: {dir: /etc/ck}\n")},
+      "user:a");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(outside.status().message(),
+            "working_dir: must lie in one of the directories the admin allows (/data, "
+            "/scratch), got \"/data2/run\"; checkpoint.dir: must lie in one of the directories "
+            "the admin allows (/data, /scratch), got \"/etc/ck\"");
+  auto relative =
+      cluster_->Submit({Spec("name: x\ncommand: [x]\ncheckpoint: {dir: ck}\n")}, "user:a");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_THAT(relative.status().message(),
+              ::testing::HasSubstr("checkpoint.dir: is relative to the agent's working directory"));
+  auto page = store_.ListJobs({}, 0, 10);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(page->jobs, IsEmpty());
+
+  Submit("name: ok\ncommand: [x]\nworking_dir: /data/run\ncheckpoint: {dir: ck}\n");
+  Submit("name: own\ntenant: nlp\ncommand: [x]\ncheckpoint: {dir: /srv/ty/checkpoints/nlp/x}\n");
+}
+
+TEST_F(ClusterTest, NoJobMayNameAnotherTenantsCheckpoints) {
+  options_.checkpoint_root = "/srv/ty/checkpoints";
+  Open();
+  auto theirs = cluster_->Submit(
+      {Spec(
+          "name: x\ntenant: vision\ncommand: [x]\ncheckpoint: {dir: /srv/ty/checkpoints/nlp/3}\n")},
+      "user:a");
+  ASSERT_FALSE(theirs.ok());
+  EXPECT_EQ(theirs.status().message(),
+            "checkpoint.dir: lies in the checkpoint root /srv/ty/checkpoints outside tenant "
+            "vision's part of it; jobs of tenant vision may use only "
+            "/srv/ty/checkpoints/vision/..., got \"/srv/ty/checkpoints/nlp/3\"");
+  EXPECT_FALSE(cluster_
+                   ->Submit({Spec("name: x\ntenant: vision\ncommand: [x]\n"
+                                  "checkpoint: {dir: /srv/ty/checkpoints}\n")},
+                            "user:a")
+                   .ok());
+
+  // Nor be pointed at them by a checkpoint it reports (the next TRAINYARD_RESUME_FROM).
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit("name: v\ntenant: vision\nresources: {gpus: 4}\ncommand: [train]\n");
+  Pass();
+  auto start = Commands("node-0");
+  ASSERT_THAT(start, SizeIs(1));
+  Beat("node-0", {Task(start[0], "running")});
+  Status s =
+      cluster_->ReportCheckpoint(id, {"/srv/ty/checkpoints/nlp/3/step-9", 9, Duration(1)}, "t");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("outside tenant vision's part"));
+  EXPECT_FALSE(cluster_->GetJob(id)->job.checkpoint.has_value());
+  EXPECT_TRUE(
+      cluster_
+          ->ReportCheckpoint(
+              id, {"/srv/ty/checkpoints/vision/" + std::to_string(id) + "/step-9", 9, Duration(1)},
+              "t")
+          .ok());
+}
+
+TEST_F(ClusterTest, ArgvAndEnvReachTheAgentAsVectorsVerbatim) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  Submit(
+      "name: meta\nresources: {gpus: 1}\ncommand: [python3, train.py]\n"
+      "args: [\"$(touch /tmp/x); rm -rf\", \"a b\", \"`id`\"]\n"
+      "env: {EVIL: \"$(reboot) && echo\"}\n");
+  Pass();
+  auto c = Commands("node-0");
+  ASSERT_THAT(c, SizeIs(1));
+  EXPECT_THAT(c[0].start.argv,
+              ElementsAre("python3", "train.py", "$(touch /tmp/x); rm -rf", "a b", "`id`"));
+  EXPECT_EQ(c[0].start.env.at("EVIL"), "$(reboot) && echo");
+}
+
+TEST_F(ClusterTest, SecretEnvValuesReachRanksButNeverEventsOrMessages) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  JobId id = Submit(
+      "name: s\nresources: {gpus: 4}\ncommand: [train]\n"
+      "env: {HF_TOKEN: hf_Sup3rS3cret, LR: '0.1'}\nsecret_env: [HF_TOKEN]\n");
+  Pass();
+  auto c = Commands("node-0");
+  ASSERT_THAT(c, SizeIs(1));
+  EXPECT_EQ(c[0].start.env.at("HF_TOKEN"), "hf_Sup3rS3cret");  // the rank gets it
+  EXPECT_THAT(c[0].start.secret_env, ElementsAre("HF_TOKEN"));
+  Beat("node-0", {Task(c[0], "running")});
+  TaskStatus exited = Task(c[0], "exited", 1);
+  exited.message = "auth failed for token hf_Sup3rS3cret";
+  Beat("node-0", {exited});
+  Job j = Stored(id);
+  EXPECT_EQ(j.state, JobState::kFailed);
+  EXPECT_EQ(j.spec.env.at("HF_TOKEN"), "hf_Sup3rS3cret");  // stored for the next attempt
+  EXPECT_THAT(j.reason, ::testing::HasSubstr("auth failed for token <redacted>"));
+  EXPECT_THAT(j.attempts[0].message, ::testing::Not(::testing::HasSubstr("Sup3r")));
+  auto events = cluster_->ListEvents(id, 0, 100);
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->events.empty());
+  for (const auto& e : events->events) {
+    EXPECT_THAT(e.message, ::testing::Not(::testing::HasSubstr("Sup3r"))) << e.kind;
+  }
+}
+
 }  // namespace
 }  // namespace trainyard::server

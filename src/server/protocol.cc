@@ -200,6 +200,7 @@ ordered_json ToJson(const Command& c) {
       ordered_json task = {{"task_id", t.task_id}, {"job_id", t.job_id}, {"attempt", t.attempt},
                            {"rank", t.rank},       {"argv", t.argv},     {"env", t.env},
                            {"workdir", t.workdir}, {"gpus", t.gpus}};
+      if (!t.secret_env.empty()) task["secret_env"] = t.secret_env;
       return {{"kind", "start"}, {"task", std::move(task)}};
     }
     case Command::Kind::kPreempt:

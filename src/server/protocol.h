@@ -58,6 +58,7 @@ struct TaskStart {
   int32_t rank = 0;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  std::vector<std::string> secret_env;  // keys of env whose values are secret
   std::string workdir;
   std::vector<int> gpus;
 };

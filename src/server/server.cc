@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "http/tls.h"
 #include "server/api.h"
 #include "store/sqlite_store.h"
 
@@ -88,6 +89,25 @@ class ConnectionThreads : public httplib::TaskQueue {
 
 }  // namespace
 
+bool IsLoopbackHost(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
+}
+
+Status WriteSecretFile(const std::string& path, const std::string& secret) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return Internal("cannot write " + tmp + ": " + std::strerror(errno));
+  const std::string line = secret + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ok = ::fsync(fd) == 0 && ok;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Internal("cannot write " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 Result<std::string> LoadOrCreateJoinToken(const std::string& data_dir) {
   const std::string path = data_dir + "/join-token";
   if (std::ifstream in(path); in) {
@@ -113,6 +133,22 @@ Server::Server(ServerOptions options) : opt_(std::move(options)) {}
 Server::~Server() { Stop(); }
 
 Status Server::Start() {
+  if (opt_.insecure_local && !IsLoopbackHost(opt_.host)) {
+    return InvalidArgument(
+        "--insecure-local serves without authentication and so only on a "
+        "loopback address (127.0.0.1, ::1, localhost); got --listen host " +
+        opt_.host);
+  }
+  // The certificate and key first: a wrong file is reported before anything is opened.
+  if (opt_.tls_cert.empty() != opt_.tls_key.empty()) {
+    return InvalidArgument(opt_.tls_cert.empty() ? "--tls-key needs --tls-cert as well"
+                                                 : "--tls-cert needs --tls-key as well");
+  }
+  if (opt_.tls_cert.empty()) {
+    http_ = std::make_unique<httplib::Server>();
+  } else {
+    TY_ASSIGN_OR_RETURN(http_, http::MakeTlsServer(opt_.tls_cert, opt_.tls_key));
+  }
   std::error_code ec;
   std::filesystem::create_directories(opt_.data_dir, ec);
   if (ec) return InvalidArgument("--data-dir " + opt_.data_dir + ": " + ec.message());
@@ -125,9 +161,20 @@ Status Server::Start() {
   copt.policy = opt_.policy;
   copt.node_timeout = opt_.node_timeout;
   copt.checkpoint_root = std::filesystem::absolute(opt_.data_dir).string() + "/checkpoints";
+  copt.max_unfinished_jobs_per_tenant = opt_.max_unfinished_jobs_per_tenant;
+  copt.allowed_dirs = opt_.allowed_dirs;
   TY_ASSIGN_OR_RETURN(cluster_, Cluster::Open(store_.get(), &clock_, copt));
+  AccessOptions aopt;
+  aopt.insecure_local = opt_.insecure_local;
+  aopt.rate_per_second = opt_.rate_per_second;
+  aopt.rate_burst = 2 * opt_.rate_per_second;
+  TY_ASSIGN_OR_RETURN(access_, AccessControl::Open(store_.get(), &clock_, aopt));
+  if (!opt_.insecure_local) {
+    TY_ASSIGN_OR_RETURN(std::optional<NewToken> admin, access_->Bootstrap("admin"));
+    if (admin)
+      TY_RETURN_IF_ERROR(WriteSecretFile(opt_.data_dir + "/" + kAdminTokenFile, admin->text));
+  }
   logs_ = std::make_unique<LogStore>(opt_.data_dir);
-  http_ = std::make_unique<httplib::Server>();
   const int threads = opt_.http_threads;
   http_->new_task_queue = [threads] {
     return new ConnectionThreads(64, static_cast<size_t>(std::max(threads, 1)));
@@ -138,7 +185,7 @@ Status Server::Start() {
   http_->set_keep_alive_max_count(100'000);
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
-  InstallApi(*http_, *cluster_, *logs_, ApiOptions{token_});
+  InstallApi(*http_, *cluster_, *logs_, *access_, ApiOptions{token_});
   int listen_fd = -1;
   http_->set_socket_options([&listen_fd](socket_t sock) {
     httplib::default_socket_options(sock);
@@ -164,7 +211,9 @@ Status Server::Start() {
   return Status::Ok();
 }
 
-std::string Server::Url() const { return "http://" + opt_.host + ":" + std::to_string(port_); }
+std::string Server::Url() const {
+  return (opt_.tls_cert.empty() ? "http://" : "https://") + opt_.host + ":" + std::to_string(port_);
+}
 
 void Server::Loop() {
   Timestamp last_tick{};

@@ -11,9 +11,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "sched/policy.h"
+#include "server/access.h"
 #include "server/clock.h"
 #include "server/cluster.h"
 #include "server/logs.h"
@@ -30,6 +32,18 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8470;         // 0: any free port
   std::string join_token;  // empty: read <data_dir>/join-token, or generate it there (0600)
+  // No authentication: every caller is the cluster admin "local". Only on a loopback
+  // address (Start refuses any other host).
+  bool insecure_local = false;
+  // Per-token request rate (see AccessOptions); 0: unlimited.
+  double rate_per_second = 200;
+  int64_t max_unfinished_jobs_per_tenant = 1'000'000;
+  // HTTPS with this PEM certificate chain and key (docs/tls.md); both empty: plain HTTP.
+  std::string tls_cert;
+  std::string tls_key;
+  // Directories every path a job spec names must lie in (ClusterOptions::allowed_dirs);
+  // empty: anywhere.
+  std::vector<std::string> allowed_dirs;
   sched::Policy policy;
   Duration node_timeout{15'000};
   Duration pass_interval{2'000};  // a pass at least this often
@@ -46,7 +60,8 @@ class Server {
 
   // Opens the store, rebuilds the state, binds the port and starts serving.
   Status Start();
-  // The URL it serves on ("http://127.0.0.1:8470"); valid after Start.
+  // The URL it serves on ("http://127.0.0.1:8470", "https://..." with TLS); valid after
+  // Start.
   std::string Url() const;
   const std::string& join_token() const { return token_; }
   void Stop();
@@ -60,12 +75,21 @@ class Server {
   SystemClock clock_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<AccessControl> access_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;
   std::atomic<bool> stopping_{false};
 };
+
+// On a store without users: creates the cluster admin "admin" and writes its token to
+// <data_dir>/token (mode 0600), where the CLI finds it. Nothing when users exist.
+inline constexpr const char* kAdminTokenFile = "token";
+
+bool IsLoopbackHost(std::string_view host);
+// Writes `secret` and a newline to `path` with mode 0600 (through a temporary file).
+Status WriteSecretFile(const std::string& path, const std::string& secret);
 
 // Reads <data_dir>/join-token, or writes a new random one there with mode 0600.
 Result<std::string> LoadOrCreateJoinToken(const std::string& data_dir);

@@ -4,6 +4,7 @@
 #include <exception>
 #include <type_traits>
 
+#include "core/auth.h"
 #include "core/codec.h"
 #include "core/job_spec.h"
 #include "core/names.h"
@@ -12,8 +13,10 @@ namespace trainyard::store {
 namespace {
 
 constexpr size_t kMaxEventFieldBytes = 64 * 1024;
-// Queues a message lists before "...".
+// Queues or users a message lists before "...".
 constexpr int kListInMessage = 5;
+// How much of an audit entry's object DescribeOp shows.
+constexpr size_t kAuditObjectInMessage = 80;
 
 template <class... Fs>
 struct Overloaded : Fs... {
@@ -78,7 +81,17 @@ Status PrepareEvent(const JobEvent& e) {
   return Status::Ok();
 }
 
-// Validates one op; returns its document ("" for deletes and events).
+// Cuts `s` to at most `max` (>= 3) bytes, ending it with "..." when it was longer,
+// without splitting a UTF-8 sequence.
+void CutTo(std::string& s, size_t max) {
+  if (s.size() <= max) return;
+  size_t n = max - 3;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+  s.resize(n);
+  s += "...";
+}
+
+// Validates one op; returns its document ("" for deletes, events and audit entries).
 Result<std::string> PrepareOp(const WriteBatch::Op& op) {
   using W = WriteBatch;
   return std::visit(
@@ -104,7 +117,16 @@ Result<std::string> PrepareOp(const WriteBatch::Op& op) {
             TY_RETURN_IF_ERROR(PrepareEvent(o.event));
             return std::string();
           },
-          [](const auto&) -> Result<std::string> { return std::string(); },  // deletes
+          [](const W::PutUserOp& o) -> Result<std::string> {
+            TY_RETURN_IF_ERROR(ValidateUser(o.user));
+            return Encode(o.user);
+          },
+          [](const W::PutTokenOp& o) -> Result<std::string> {
+            TY_RETURN_IF_ERROR(ValidateApiToken(o.token));
+            return Encode(o.token);
+          },
+          // Deletes and audit entries (see BoundAuditEntry).
+          [](const auto&) -> Result<std::string> { return std::string(); },
       },
       op);
 }
@@ -160,6 +182,12 @@ Status ApplyOp(const PreparedOp& p, CommitTarget& target) {
               return FailedPrecondition("tenant " + Quote(o.name) + " still has queues (" +
                                         JoinNames(queues, kListInMessage) + "); delete them first");
             }
+            TY_ASSIGN_OR_RETURN(std::vector<std::string> users,
+                                target.UsersOfTenant(o.name, kListInMessage + 1));
+            if (!users.empty()) {
+              return FailedPrecondition("tenant " + Quote(o.name) + " still has users (" +
+                                        JoinNames(users, kListInMessage) + "); delete them first");
+            }
             return target.EraseTenant(o.name);
           },
           [&](const W::PutQueueOp& o) -> Status {
@@ -203,6 +231,30 @@ Status ApplyOp(const PreparedOp& p, CommitTarget& target) {
             }
             return target.WriteEvent(o.event);
           },
+          [&](const W::PutUserOp& o) -> Status {
+            if (!o.user.tenant.empty()) {
+              TY_ASSIGN_OR_RETURN(bool tenant_exists, target.HasTenant(o.user.tenant));
+              if (!tenant_exists) {
+                return FailedPrecondition("tenant " + Quote(o.user.tenant) +
+                                          " does not exist; create it first");
+              }
+            }
+            return target.WriteUser(o.user, p.doc);
+          },
+          [&](const W::DeleteUserOp& o) -> Status {
+            TY_ASSIGN_OR_RETURN(bool exists, target.HasUser(o.name));
+            if (!exists) return NotFound("user " + Quote(o.name) + " does not exist");
+            return target.EraseUser(o.name);
+          },
+          [&](const W::PutTokenOp& o) -> Status {
+            TY_ASSIGN_OR_RETURN(bool user_exists, target.HasUser(o.token.user));
+            if (!user_exists) {
+              return FailedPrecondition("user " + Quote(o.token.user) +
+                                        " does not exist; put the user before its tokens");
+            }
+            return target.WriteToken(o.token, p.doc);
+          },
+          [&](const W::AppendAuditOp&) -> Status { return target.WriteAudit(*p.audit); },
       },
       *p.op);
 }
@@ -232,6 +284,14 @@ std::string DescribeOp(const WriteBatch::Op& op) {
           [](const W::AppendEventOp& o) {
             return "AppendEvent job " + std::to_string(o.event.job_id);
           },
+          [](const W::PutUserOp& o) { return "PutUser " + o.user.name; },
+          [](const W::DeleteUserOp& o) { return "DeleteUser " + o.name; },
+          [](const W::PutTokenOp& o) { return "PutToken " + o.token.id; },
+          [](const W::AppendAuditOp& o) {
+            std::string object = o.entry.object;
+            CutTo(object, kAuditObjectInMessage);
+            return "AppendAudit " + object;
+          },
       },
       op);
 }
@@ -243,7 +303,10 @@ Result<PreparedBatch> PrepareBatch(const WriteBatch& batch) {
     const WriteBatch::Op& op = batch.ops()[i];
     Result<std::string> doc = PrepareOp(op);
     if (!doc.ok()) return InOp(doc.status(), i, batch.size(), op);
-    prepared.ops.push_back(PreparedOp{&op, std::move(doc).value()});
+    PreparedOp& p = prepared.ops.emplace_back(PreparedOp{&op, std::move(doc).value(), {}});
+    if (const auto* audit = std::get_if<WriteBatch::AppendAuditOp>(&op)) {
+      p.audit = BoundAuditEntry(audit->entry);
+    }
   }
   return prepared;
 }
@@ -280,6 +343,22 @@ bool Matches(const JobFilter& filter, const Job& job) {
   if (!filter.tenant.empty() && job.spec.tenant != filter.tenant) return false;
   if (!filter.queue.empty() && job.spec.queue != filter.queue) return false;
   return job.spec.name.compare(0, filter.name_prefix.size(), filter.name_prefix) == 0;
+}
+
+bool Matches(const AuditFilter& filter, const AuditEntry& entry) {
+  return (filter.actor.empty() || entry.actor == filter.actor) &&
+         (filter.tenant.empty() || entry.tenant == filter.tenant) &&
+         (filter.object.empty() || entry.object == filter.object);
+}
+
+AuditEntry BoundAuditEntry(AuditEntry entry) {
+  CutTo(entry.action, kMaxAuditActionBytes);
+  CutTo(entry.object, kMaxAuditObjectBytes);
+  CutTo(entry.message, kMaxAuditMessageBytes);
+  for (std::string* s : {&entry.actor, &entry.token_id, &entry.tenant, &entry.source}) {
+    CutTo(*s, kMaxAuditOtherFieldBytes);
+  }
+  return entry;
 }
 
 }  // namespace trainyard::store

@@ -24,10 +24,13 @@
 
 namespace trainyard::store {
 
-// An op of a batch with its encoded document (empty for deletes and events).
+// An op of a batch with its encoded document (empty for deletes, events and audit
+// entries).
 struct PreparedOp {
   const WriteBatch::Op* op;
   std::string doc;
+  // AppendAudit: the entry with its fields cut to their bounds.
+  std::optional<AuditEntry> audit;
 };
 
 struct PreparedBatch {
@@ -54,6 +57,9 @@ class CommitTarget {
   virtual Result<std::vector<std::string>> ChildQueues(const std::string& tenant,
                                                        const std::string& name, int limit) = 0;
   virtual Result<bool> HasPriorityClass(const std::string& name) = 0;
+  virtual Result<bool> HasUser(const std::string& name) = 0;
+  // Names of the users of `tenant`, at most `limit` of them, ascending.
+  virtual Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) = 0;
 
   virtual Status WriteJob(const Job& job, const std::string& doc) = 0;
   virtual Status WriteNode(const Node& node, const std::string& doc) = 0;
@@ -66,6 +72,12 @@ class CommitTarget {
   virtual Status ErasePriorityClass(const std::string& name) = 0;
   // Appends `event`, assigning the next seq (event.seq is ignored).
   virtual Status WriteEvent(const JobEvent& event) = 0;
+  virtual Status WriteUser(const User& user, const std::string& doc) = 0;
+  // Erases the user and every token of it.
+  virtual Status EraseUser(const std::string& name) = 0;
+  virtual Status WriteToken(const ApiToken& token, const std::string& doc) = 0;
+  // Appends `entry`, assigning the next audit seq (entry.seq is ignored).
+  virtual Status WriteAudit(const AuditEntry& entry) = 0;
 };
 
 // Validates every value of `batch` and encodes its documents. The result points
@@ -86,5 +98,9 @@ Status CheckReservation(int64_t n);
 
 // True when `job` is matched by `filter` (the reference for SQL filters).
 bool Matches(const JobFilter& filter, const Job& job);
+bool Matches(const AuditFilter& filter, const AuditEntry& entry);
+
+// `entry` with each text field cut to its bound (kMaxAudit*Bytes in store.h).
+AuditEntry BoundAuditEntry(AuditEntry entry);
 
 }  // namespace trainyard::store

@@ -1,5 +1,6 @@
 #include "store/memory_store.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "store/commit.h"
@@ -85,6 +86,15 @@ class MemoryStore::Target final : public CommitTarget {
   Result<bool> HasPriorityClass(const std::string& name) override {
     return s_.priority_classes_.count(name) > 0;
   }
+  Result<bool> HasUser(const std::string& name) override { return s_.users_.count(name) > 0; }
+  Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) override {
+    std::vector<std::string> out;
+    for (auto it = s_.users_.begin(); it != s_.users_.end() && static_cast<int>(out.size()) < limit;
+         ++it) {
+      if (it->second.tenant == tenant) out.push_back(it->first);
+    }
+    return out;
+  }
 
   Status WriteJob(const Job& job, const std::string&) override {
     PutWithUndo(s_.jobs_, job.id, job, undo_);
@@ -131,6 +141,33 @@ class MemoryStore::Target final : public CommitTarget {
       it->second.pop_back();
       if (it->second.empty()) s_.events_.erase(it);
       --s_.last_event_seq_;
+    });
+    return Status::Ok();
+  }
+  Status WriteUser(const User& user, const std::string&) override {
+    PutWithUndo(s_.users_, user.name, user, undo_);
+    return Status::Ok();
+  }
+  Status EraseUser(const std::string& name) override {
+    std::vector<std::string> tokens;
+    for (const auto& [id, token] : s_.tokens_) {
+      if (token.user == name) tokens.push_back(id);
+    }
+    for (const std::string& id : tokens) EraseWithUndo(s_.tokens_, id, undo_);
+    EraseWithUndo(s_.users_, name, undo_);
+    return Status::Ok();
+  }
+  Status WriteToken(const ApiToken& token, const std::string&) override {
+    PutWithUndo(s_.tokens_, token.id, token, undo_);
+    return Status::Ok();
+  }
+  Status WriteAudit(const AuditEntry& entry) override {
+    AuditEntry e = entry;
+    e.seq = ++s_.last_audit_seq_;
+    s_.audit_.push_back(std::move(e));
+    undo_.push_back([this] {
+      s_.audit_.pop_back();
+      --s_.last_audit_seq_;
     });
     return Status::Ok();
   }
@@ -196,6 +233,23 @@ Result<EventPage> MemoryStore::ListEvents(JobId job_id, int64_t after_seq, int l
   return page;
 }
 
+Result<AuditPage> MemoryStore::ListAudit(const AuditFilter& filter, int64_t after_seq, int limit) {
+  TY_RETURN_IF_ERROR(CheckListLimit("ListAudit", limit));
+  std::lock_guard lock(mu_);
+  AuditPage page;
+  auto it = std::upper_bound(audit_.begin(), audit_.end(), after_seq,
+                             [](int64_t seq, const AuditEntry& e) { return seq < e.seq; });
+  for (; it != audit_.end(); ++it) {
+    if (!Matches(filter, *it)) continue;
+    if (static_cast<int>(page.entries.size()) == limit) {
+      page.next_after_seq = page.entries.back().seq;
+      break;
+    }
+    page.entries.push_back(*it);
+  }
+  return page;
+}
+
 Result<std::vector<Node>> MemoryStore::ListNodes() {
   std::lock_guard lock(mu_);
   return Values(nodes_);
@@ -216,6 +270,16 @@ Result<std::vector<PriorityClass>> MemoryStore::ListPriorityClasses() {
   return Values(priority_classes_);
 }
 
+Result<std::vector<User>> MemoryStore::ListUsers() {
+  std::lock_guard lock(mu_);
+  return Values(users_);
+}
+
+Result<std::vector<ApiToken>> MemoryStore::ListTokens() {
+  std::lock_guard lock(mu_);
+  return Values(tokens_);
+}
+
 Result<StoredState> MemoryStore::LoadAll() {
   std::lock_guard lock(mu_);
   StoredState state;
@@ -226,6 +290,8 @@ Result<StoredState> MemoryStore::LoadAll() {
   state.tenants = Values(tenants_);
   state.queues = Values(queues_);
   state.priority_classes = Values(priority_classes_);
+  state.users = Values(users_);
+  state.tokens = Values(tokens_);
   state.next_job_id = next_job_id_;
   state.last_event_seq = last_event_seq_;
   return state;

@@ -29,10 +29,13 @@ class MemoryStore final : public Store {
   Result<std::optional<Job>> GetJob(JobId id) override;
   Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit) override;
   Result<EventPage> ListEvents(JobId job_id, int64_t after_seq, int limit) override;
+  Result<AuditPage> ListAudit(const AuditFilter& filter, int64_t after_seq, int limit) override;
   Result<std::vector<Node>> ListNodes() override;
   Result<std::vector<Tenant>> ListTenants() override;
   Result<std::vector<Queue>> ListQueues() override;
   Result<std::vector<PriorityClass>> ListPriorityClasses() override;
+  Result<std::vector<User>> ListUsers() override;
+  Result<std::vector<ApiToken>> ListTokens() override;
   Result<StoredState> LoadAll() override;
   int SchemaVersion() const override;
   std::string Describe() const override { return "memory"; }
@@ -47,8 +50,12 @@ class MemoryStore final : public Store {
   std::map<std::string, Tenant> tenants_;                        // GUARDED_BY(mu_)
   std::map<std::pair<std::string, std::string>, Queue> queues_;  // GUARDED_BY(mu_)
   std::map<std::string, PriorityClass> priority_classes_;        // GUARDED_BY(mu_)
+  std::map<std::string, User> users_;                            // GUARDED_BY(mu_)
+  std::map<std::string, ApiToken> tokens_;                       // GUARDED_BY(mu_)
+  std::vector<AuditEntry> audit_;                                // ascending seq; GUARDED_BY(mu_)
   JobId next_job_id_ = 1;                                        // GUARDED_BY(mu_)
   int64_t last_event_seq_ = 0;                                   // GUARDED_BY(mu_)
+  int64_t last_audit_seq_ = 0;                                   // GUARDED_BY(mu_)
 };
 
 }  // namespace trainyard::store

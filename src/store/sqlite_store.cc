@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/codec.h"
+#include "core/names.h"
 #include "store/commit.h"
 
 namespace trainyard::store {
@@ -90,6 +91,47 @@ UPDATE jobs SET
 CREATE INDEX jobs_by_name ON jobs (name, id);
 CREATE INDEX jobs_by_queue ON jobs (queue, id);
 CREATE INDEX jobs_by_submit_time ON jobs (submit_time_ms);
+)sql",
+    // 3: users, their API tokens and the append-only audit log of requests.
+    R"sql(
+CREATE TABLE users (
+  name TEXT PRIMARY KEY,
+  tenant TEXT REFERENCES tenants (name),  -- NULL for a cluster admin
+  doc TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX users_by_tenant ON users (tenant, name);
+
+CREATE TABLE api_tokens (
+  id TEXT PRIMARY KEY,
+  user_name TEXT NOT NULL REFERENCES users (name),
+  doc TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX api_tokens_by_user ON api_tokens (user_name);
+
+CREATE TABLE audit_log (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  time_ms INTEGER NOT NULL,
+  actor TEXT NOT NULL,
+  token_id TEXT NOT NULL,
+  tenant TEXT NOT NULL,
+  action TEXT NOT NULL,
+  object TEXT NOT NULL,
+  source TEXT NOT NULL,
+  status INTEGER NOT NULL,
+  message TEXT NOT NULL
+);
+-- One per ListAudit filter; with several filters SQLite picks the most selective.
+CREATE INDEX audit_log_by_actor ON audit_log (actor, seq);
+CREATE INDEX audit_log_by_tenant ON audit_log (tenant, seq);
+CREATE INDEX audit_log_by_object ON audit_log (object, seq);
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN
+  SELECT RAISE(ABORT, 'audit_log is append-only');
+END;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN
+  SELECT RAISE(ABORT, 'audit_log is append-only');
+END;
 )sql",
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
@@ -280,14 +322,24 @@ class SqliteStore::Target final : public CommitTarget {
         Statement st,
         s_.Prepare("SELECT name FROM queues WHERE tenant = ?1 ORDER BY name LIMIT ?2"));
     st.Bind(1, tenant).Bind(2, int64_t{limit});
-    return Names(st);
+    return Names(st, "reading queues");
   }
   Result<std::vector<std::string>> ChildQueues(const std::string& tenant, const std::string& name,
                                                int limit) override {
     TY_ASSIGN_OR_RETURN(Statement st, s_.Prepare("SELECT name FROM queues WHERE tenant = ?1 AND "
                                                  "parent = ?2 ORDER BY name LIMIT ?3"));
     st.Bind(1, tenant).Bind(2, name).Bind(3, int64_t{limit});
-    return Names(st);
+    return Names(st, "reading queues");
+  }
+  Result<bool> HasUser(const std::string& name) override {
+    return Exists("SELECT 1 FROM users WHERE name = ?1", [&](Statement& st) { st.Bind(1, name); });
+  }
+  Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) override {
+    TY_ASSIGN_OR_RETURN(
+        Statement st,
+        s_.Prepare("SELECT name FROM users WHERE tenant = ?1 ORDER BY name LIMIT ?2"));
+    st.Bind(1, tenant).Bind(2, int64_t{limit});
+    return Names(st, "reading users");
   }
 
   Status WriteJob(const Job& job, const std::string& doc) override {
@@ -365,6 +417,48 @@ class SqliteStore::Target final : public CommitTarget {
         .Bind(5, event.message);
     return st.Run("appending an event of job " + std::to_string(event.job_id));
   }
+  Status WriteUser(const User& user, const std::string& doc) override {
+    TY_ASSIGN_OR_RETURN(Statement st,
+                        s_.Prepare("INSERT INTO users (name, tenant, doc) VALUES (?1, ?2, ?3) "
+                                   "ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, "
+                                   "doc = excluded.doc"));
+    st.Bind(1, user.name).Bind(3, doc);
+    if (user.tenant.empty()) {
+      st.BindNull(2);
+    } else {
+      st.Bind(2, user.tenant);
+    }
+    return st.Run("writing user " + user.name);
+  }
+  Status EraseUser(const std::string& name) override {
+    TY_RETURN_IF_ERROR(Erase("DELETE FROM api_tokens WHERE user_name = ?1", name,
+                             "deleting the tokens of user " + name));
+    return Erase("DELETE FROM users WHERE name = ?1", name, "deleting user " + name);
+  }
+  Status WriteToken(const ApiToken& token, const std::string& doc) override {
+    TY_ASSIGN_OR_RETURN(
+        Statement st, s_.Prepare("INSERT INTO api_tokens (id, user_name, doc) VALUES (?1, ?2, ?3) "
+                                 "ON CONFLICT (id) DO UPDATE SET user_name = excluded.user_name, "
+                                 "doc = excluded.doc"));
+    st.Bind(1, token.id).Bind(2, token.user).Bind(3, doc);
+    return st.Run("writing token " + token.id);
+  }
+  Status WriteAudit(const AuditEntry& e) override {
+    TY_ASSIGN_OR_RETURN(
+        Statement st,
+        s_.Prepare("INSERT INTO audit_log (time_ms, actor, token_id, tenant, action, object, "
+                   "source, status, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"));
+    st.Bind(1, int64_t{e.time.time_since_epoch().count()})
+        .Bind(2, e.actor)
+        .Bind(3, e.token_id)
+        .Bind(4, e.tenant)
+        .Bind(5, e.action)
+        .Bind(6, e.object)
+        .Bind(7, e.source)
+        .Bind(8, int64_t{e.status})
+        .Bind(9, e.message);
+    return st.Run("appending an audit entry");
+  }
 
  private:
   template <typename BindFn>
@@ -373,10 +467,10 @@ class SqliteStore::Target final : public CommitTarget {
     bind(st);
     return st.Step("reading");
   }
-  static Result<std::vector<std::string>> Names(Statement& st) {
+  static Result<std::vector<std::string>> Names(Statement& st, std::string_view doing) {
     std::vector<std::string> out;
     while (true) {
-      TY_ASSIGN_OR_RETURN(bool row, st.Step("reading queues"));
+      TY_ASSIGN_OR_RETURN(bool row, st.Step(doing));
       if (!row) return out;
       out.push_back(st.Text(0));
     }
@@ -643,6 +737,48 @@ Result<EventPage> SqliteStore::ListEvents(JobId job_id, int64_t after_seq, int l
   return page;
 }
 
+Result<AuditPage> SqliteStore::ListAudit(const AuditFilter& filter, int64_t after_seq, int limit) {
+  TY_RETURN_IF_ERROR(CheckListLimit("ListAudit", limit));
+  std::string sql =
+      "SELECT seq, time_ms, actor, token_id, tenant, action, object, source, status, message "
+      "FROM audit_log WHERE seq > ?";
+  if (!filter.actor.empty()) sql += " AND actor = ?";
+  if (!filter.tenant.empty()) sql += " AND tenant = ?";
+  if (!filter.object.empty()) sql += " AND object = ?";
+  sql += " ORDER BY seq LIMIT ?";
+
+  std::lock_guard lock(mu_);
+  TY_ASSIGN_OR_RETURN(Statement st, Prepare(sql));
+  int i = 0;
+  st.Bind(++i, after_seq);
+  if (!filter.actor.empty()) st.Bind(++i, filter.actor);
+  if (!filter.tenant.empty()) st.Bind(++i, filter.tenant);
+  if (!filter.object.empty()) st.Bind(++i, filter.object);
+  st.Bind(++i, int64_t{limit} + 1);  // one more tells whether another page exists
+  AuditPage page;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, st.Step("listing the audit log"));
+    if (!row) break;
+    AuditEntry e;
+    e.seq = st.Int(0);
+    e.time = Timestamp(Duration(st.Int(1)));
+    e.actor = st.Text(2);
+    e.token_id = st.Text(3);
+    e.tenant = st.Text(4);
+    e.action = st.Text(5);
+    e.object = st.Text(6);
+    e.source = st.Text(7);
+    e.status = static_cast<int32_t>(st.Int(8));
+    e.message = st.Text(9);
+    page.entries.push_back(std::move(e));
+  }
+  if (static_cast<int>(page.entries.size()) > limit) {
+    page.entries.pop_back();
+    page.next_after_seq = page.entries.back().seq;
+  }
+  return page;
+}
+
 Result<std::vector<Node>> SqliteStore::ReadNodes() {
   TY_ASSIGN_OR_RETURN(Statement st, Prepare("SELECT name, doc FROM nodes ORDER BY name"));
   std::vector<Node> out;
@@ -693,6 +829,36 @@ Result<std::vector<PriorityClass>> SqliteStore::ReadPriorityClasses() {
   }
 }
 
+Result<std::vector<User>> SqliteStore::ReadUsers() {
+  TY_ASSIGN_OR_RETURN(Statement st, Prepare("SELECT name, doc FROM users ORDER BY name"));
+  std::vector<User> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, st.Step("listing users"));
+    if (!row) return out;
+    std::string what = "user " + st.Text(0);
+    TY_ASSIGN_OR_RETURN(User u, DecodeDoc<User>(what, UserFromJson, st.Text(1)));
+    if (u.name != st.Text(0)) {
+      return DataLoss(what + ": stored document has name " + QuoteForMessage(u.name));
+    }
+    out.push_back(std::move(u));
+  }
+}
+
+Result<std::vector<ApiToken>> SqliteStore::ReadTokens() {
+  TY_ASSIGN_OR_RETURN(Statement st, Prepare("SELECT id, doc FROM api_tokens ORDER BY id"));
+  std::vector<ApiToken> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, st.Step("listing tokens"));
+    if (!row) return out;
+    std::string what = "token " + st.Text(0);
+    TY_ASSIGN_OR_RETURN(ApiToken t, DecodeDoc<ApiToken>(what, ApiTokenFromJson, st.Text(1)));
+    if (t.id != st.Text(0)) {
+      return DataLoss(what + ": stored document has id " + QuoteForMessage(t.id));
+    }
+    out.push_back(std::move(t));
+  }
+}
+
 Result<std::vector<Node>> SqliteStore::ListNodes() {
   std::lock_guard lock(mu_);
   return ReadNodes();
@@ -713,6 +879,16 @@ Result<std::vector<PriorityClass>> SqliteStore::ListPriorityClasses() {
   return ReadPriorityClasses();
 }
 
+Result<std::vector<User>> SqliteStore::ListUsers() {
+  std::lock_guard lock(mu_);
+  return ReadUsers();
+}
+
+Result<std::vector<ApiToken>> SqliteStore::ListTokens() {
+  std::lock_guard lock(mu_);
+  return ReadTokens();
+}
+
 Result<StoredState> SqliteStore::LoadAll() {
   std::lock_guard lock(mu_);
   StoredState state;
@@ -726,6 +902,8 @@ Result<StoredState> SqliteStore::LoadAll() {
     TY_ASSIGN_OR_RETURN(state.tenants, ReadTenants());
     TY_ASSIGN_OR_RETURN(state.queues, ReadQueues());
     TY_ASSIGN_OR_RETURN(state.priority_classes, ReadPriorityClasses());
+    TY_ASSIGN_OR_RETURN(state.users, ReadUsers());
+    TY_ASSIGN_OR_RETURN(state.tokens, ReadTokens());
     TY_ASSIGN_OR_RETURN(state.next_job_id, NextJobId());
     TY_ASSIGN_OR_RETURN(Statement seq, Prepare("SELECT coalesce(max(seq), 0) FROM job_events"));
     TY_ASSIGN_OR_RETURN(bool row, seq.Step("reading the last event seq"));

@@ -1,12 +1,13 @@
 // SqliteStore: the Store kept in one SQLite 3 database file.
 //
 // Each object is a row holding its JSON document (core/codec.h) beside the columns
-// that queries filter on (jobs: state, tenant, queue, name, submit_time_ms).
-// job_events is append-only: triggers abort any UPDATE or DELETE of it. meta holds
-// the next job id. The file runs in WAL mode with foreign keys enforced; every
-// Commit and ReserveJobIds is one BEGIN IMMEDIATE transaction, rolled back on any
-// error, so a crash leaves each batch wholly present or wholly absent. Several
-// processes may open the same file; a writer waits up to busy_timeout for another.
+// that queries filter on (jobs: state, tenant, queue, name, submit_time_ms; users:
+// tenant; api_tokens: user_name). job_events and audit_log are append-only: triggers
+// abort any UPDATE or DELETE of them. meta holds the next job id. The file runs in
+// WAL mode with foreign keys enforced; every Commit and ReserveJobIds is one BEGIN
+// IMMEDIATE transaction, rolled back on any error, so a crash leaves each batch
+// wholly present or wholly absent. Several processes may open the same file; a
+// writer waits up to busy_timeout for another.
 //
 // Schema versions: PRAGMA user_version records how many migrations have been
 // applied. Open applies the missing ones, in order, in one transaction. A file whose
@@ -44,7 +45,7 @@ struct SqliteOptions {
 class SqliteStore final : public Store {
  public:
   // The schema this binary writes: the number of migrations it knows.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating when allowed) the database at `path` and brings its schema up to
   // kSchemaVersion. Fails with FailedPrecondition when the file's schema is newer,
@@ -61,10 +62,13 @@ class SqliteStore final : public Store {
   Result<std::optional<Job>> GetJob(JobId id) override;
   Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit) override;
   Result<EventPage> ListEvents(JobId job_id, int64_t after_seq, int limit) override;
+  Result<AuditPage> ListAudit(const AuditFilter& filter, int64_t after_seq, int limit) override;
   Result<std::vector<Node>> ListNodes() override;
   Result<std::vector<Tenant>> ListTenants() override;
   Result<std::vector<Queue>> ListQueues() override;
   Result<std::vector<PriorityClass>> ListPriorityClasses() override;
+  Result<std::vector<User>> ListUsers() override;
+  Result<std::vector<ApiToken>> ListTokens() override;
   Result<StoredState> LoadAll() override;
   int SchemaVersion() const override { return kSchemaVersion; }
   std::string Describe() const override { return "sqlite:" + path_; }
@@ -96,6 +100,8 @@ class SqliteStore final : public Store {
   Result<std::vector<Tenant>> ReadTenants();
   Result<std::vector<Queue>> ReadQueues();
   Result<std::vector<PriorityClass>> ReadPriorityClasses();
+  Result<std::vector<User>> ReadUsers();
+  Result<std::vector<ApiToken>> ReadTokens();
 
   const std::string path_;
   std::mutex mu_;

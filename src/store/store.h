@@ -1,6 +1,7 @@
 // Store: the durable record of the control plane — jobs, nodes, tenants, queues,
-// priority classes, the next job id, and an append-only log of what happened to each
-// job (who did what, when).
+// priority classes, users and their API tokens, the next job id, an append-only log
+// of what happened to each job (who did what, when) and an append-only audit log of
+// requests (core/auth.h).
 //
 // The server keeps its working state in memory and writes every change through a
 // Store before acknowledging it; on restart it rebuilds that state from LoadAll().
@@ -21,6 +22,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/auth.h"
 #include "core/job.h"
 #include "core/node.h"
 #include "core/status.h"
@@ -41,10 +43,21 @@ struct JobEvent {
   bool operator==(const JobEvent&) const = default;
 };
 
+// Bounds on the text fields of an AuditEntry, in bytes. Commit cuts a longer field
+// (at a UTF-8 character boundary, ending it with "...") rather than failing: an
+// audit record must not be lost, nor the request it records refused, because a
+// client sent a long path or a long error came back.
+inline constexpr size_t kMaxAuditActionBytes = 1024;
+inline constexpr size_t kMaxAuditObjectBytes = 512;
+inline constexpr size_t kMaxAuditMessageBytes = 4096;
+// actor, token_id, tenant, source.
+inline constexpr size_t kMaxAuditOtherFieldBytes = 256;
+
 // Mutations that Commit applies together, in the order they were added, so a later
 // one sees the earlier ones (a queue may follow its tenant; an event may follow the
-// job it is about). Put* inserts or replaces the object with the same key: job id,
-// node name, tenant name, (tenant, queue name), priority class name.
+// job it is about; a token may follow its user). Put* inserts or replaces the object
+// with the same key: job id, node name, tenant name, (tenant, queue name), priority
+// class name, user name, token id.
 //
 // Thread-safety: a plain value; callers serialise access.
 class WriteBatch {
@@ -80,9 +93,23 @@ class WriteBatch {
   struct AppendEventOp {
     JobEvent event;  // seq is ignored; Commit assigns it
   };
-  using Op =
-      std::variant<PutJobOp, PutNodeOp, DeleteNodeOp, PutTenantOp, DeleteTenantOp, PutQueueOp,
-                   DeleteQueueOp, PutPriorityClassOp, DeletePriorityClassOp, AppendEventOp>;
+  struct PutUserOp {
+    User user;
+  };
+  struct DeleteUserOp {
+    std::string name;
+  };
+  struct PutTokenOp {
+    ApiToken token;
+  };
+  struct AppendAuditOp {
+    // seq is ignored; Commit assigns it: increasing over the audit log (a sequence
+    // of its own, apart from JobEvent::seq), may skip.
+    AuditEntry entry;
+  };
+  using Op = std::variant<PutJobOp, PutNodeOp, DeleteNodeOp, PutTenantOp, DeleteTenantOp,
+                          PutQueueOp, DeleteQueueOp, PutPriorityClassOp, DeletePriorityClassOp,
+                          AppendEventOp, PutUserOp, DeleteUserOp, PutTokenOp, AppendAuditOp>;
 
   void PutJob(const Job& job) { ops_.emplace_back(PutJobOp{job}); }
   void PutNode(const Node& node) { ops_.emplace_back(PutNodeOp{node}); }
@@ -102,6 +129,11 @@ class WriteBatch {
                    std::string message) {
     AppendEvent(JobEvent{0, job_id, time, std::move(actor), std::move(kind), std::move(message)});
   }
+  void PutUser(const User& user) { ops_.emplace_back(PutUserOp{user}); }
+  // Deletes the user and every token of it.
+  void DeleteUser(std::string name) { ops_.emplace_back(DeleteUserOp{std::move(name)}); }
+  void PutToken(const ApiToken& token) { ops_.emplace_back(PutTokenOp{token}); }
+  void AppendAudit(AuditEntry entry) { ops_.emplace_back(AppendAuditOp{std::move(entry)}); }
 
   const std::vector<Op>& ops() const { return ops_; }
   bool empty() const { return ops_.empty(); }
@@ -132,6 +164,12 @@ struct EventPage {
   std::optional<int64_t> next_after_seq;
 };
 
+struct AuditPage {
+  std::vector<AuditEntry> entries;  // ascending seq
+  // Pass as `after_seq` to get the next page; nullopt when no matching entry is left.
+  std::optional<int64_t> next_after_seq;
+};
+
 // What a server needs to rebuild its state on restart.
 struct StoredState {
   // Every job that is not terminal (IsTerminal), ascending id. Finished jobs stay in
@@ -141,6 +179,8 @@ struct StoredState {
   std::vector<Tenant> tenants;                  // ascending name
   std::vector<Queue> queues;                    // ascending (tenant, name)
   std::vector<PriorityClass> priority_classes;  // ascending name
+  std::vector<User> users;                      // ascending name
+  std::vector<ApiToken> tokens;                 // ascending id
   JobId next_job_id = 1;                        // the id ReserveJobIds would return next
   int64_t last_event_seq = 0;                   // 0 when the log is empty
 };
@@ -155,14 +195,20 @@ class Store {
   // Applies every mutation of `batch`, in order, in one transaction; on any error
   // nothing of it is applied. Empty batches succeed. Checks, in order for each op:
   //   - values are valid (ValidateSpec and a normalised spec (NormalizeSpec),
-  //     ValidateNode, ValidateTenant, ValidateQueue, ValidatePriorityClass, and the
-  //     document encodes as JSON): InvalidArgument;
+  //     ValidateNode, ValidateTenant, ValidateQueue, ValidatePriorityClass,
+  //     ValidateUser, ValidateApiToken, and the document encodes as JSON):
+  //     InvalidArgument;
   //   - PutJob: the id came from ReserveJobIds: FailedPrecondition;
   //   - PutQueue: its tenant exists, its parent (if any) exists in that tenant and the
   //     queue is not its own ancestor: FailedPrecondition;
-  //   - Delete*: the object exists: NotFound; DeleteTenant: it has no queues left,
-  //     DeleteQueue: it has no child queues: FailedPrecondition;
-  //   - AppendEvent: the job exists: FailedPrecondition.
+  //   - PutUser: its tenant, when not empty, exists: FailedPrecondition;
+  //   - PutToken: its user exists: FailedPrecondition;
+  //   - Delete*: the object exists: NotFound; DeleteTenant: it has no queues and no
+  //     users left, DeleteQueue: it has no child queues: FailedPrecondition;
+  //     DeleteUser deletes the user's tokens with it;
+  //   - AppendEvent: the job exists: FailedPrecondition;
+  //   - AppendAudit: never fails a check; text fields longer than their bound
+  //     (kMaxAudit*Bytes) are cut to it.
   // The message names the op ("commit: op 2 of 5 (PutQueue research/vision): tenant
   // \"research\" does not exist"). Failures of the medium come back as Unavailable
   // (busy), ResourceExhausted (disk full), DataLoss (corruption) or Internal.
@@ -185,11 +231,17 @@ class Store {
   // ascending seq. A job without events (or no such job) gives an empty page.
   virtual Result<EventPage> ListEvents(JobId job_id, int64_t after_seq, int limit) = 0;
 
+  // Up to `limit` (1..kMaxListLimit) audit entries matching `filter` (every set field
+  // equal) with seq > `after_seq`, ascending seq. Start with after_seq = 0.
+  virtual Result<AuditPage> ListAudit(const AuditFilter& filter, int64_t after_seq, int limit) = 0;
+
   // Everything of a kind, ascending key (see StoredState).
   virtual Result<std::vector<Node>> ListNodes() = 0;
   virtual Result<std::vector<Tenant>> ListTenants() = 0;
   virtual Result<std::vector<Queue>> ListQueues() = 0;
   virtual Result<std::vector<PriorityClass>> ListPriorityClasses() = 0;
+  virtual Result<std::vector<User>> ListUsers() = 0;
+  virtual Result<std::vector<ApiToken>> ListTokens() = 0;
 
   // One consistent snapshot of what a server needs on start (see StoredState).
   virtual Result<StoredState> LoadAll() = 0;

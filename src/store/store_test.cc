@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/names.h"
 #include "store/memory_store.h"
 #include "store/sqlite_store.h"
 #include "store/testing.h"
@@ -21,8 +22,12 @@ namespace {
 
 using test::At;
 using test::TestJob;
+using test::TestToken;
+using test::TestUser;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 
 struct StoreKind {
   std::string name;
@@ -61,8 +66,26 @@ class StoreTest : public ::testing::TestWithParam<StoreKind> {
     WriteBatch batch;
     batch.PutTenant(Tenant{"research", "the research org"});
     batch.PutQueue(Queue{"vision", "research", "", 8, 16, 1.0});
+    MustCommit(batch);
+  }
+
+  void MustCommit(const WriteBatch& batch) {
     Status s = store_->Commit(batch);
     TY_CHECK_MSG(s.ok(), s.ToString());
+  }
+
+  // Commits a batch filled by `fill`; returns what Commit returned.
+  template <typename Fill>
+  Status CommitWith(Fill fill) {
+    WriteBatch batch;
+    fill(batch);
+    return store_->Commit(batch);
+  }
+
+  std::vector<AuditEntry> AllAudit(const AuditFilter& filter = {}) {
+    Result<AuditPage> page = store_->ListAudit(filter, 0, kMaxListLimit);
+    TY_CHECK_MSG(page.ok(), page.status().ToString());
+    return page->entries;
   }
 
   // Everything a reader can see, for before/after comparisons.
@@ -103,6 +126,37 @@ std::vector<JobId> Ids(const JobPage& page) {
   return ids;
 }
 
+std::vector<int64_t> Seqs(const std::vector<AuditEntry>& entries) {
+  std::vector<int64_t> seqs;
+  for (const AuditEntry& e : entries) seqs.push_back(e.seq);
+  return seqs;
+}
+
+std::vector<std::string> UserNames(const std::vector<User>& users) {
+  std::vector<std::string> names;
+  for (const User& u : users) names.push_back(u.name);
+  return names;
+}
+
+std::vector<std::string> TokenIds(const std::vector<ApiToken>& tokens) {
+  std::vector<std::string> ids;
+  for (const ApiToken& t : tokens) ids.push_back(t.id);
+  return ids;
+}
+
+AuditEntry Audit(const std::string& actor, const std::string& tenant, const std::string& object,
+                 int32_t status = 200) {
+  AuditEntry e;
+  e.time = At(10'000);
+  e.actor = actor;
+  e.tenant = tenant;
+  e.action = "POST /api/v1/" + object;
+  e.object = object;
+  e.source = "10.0.0.7:53412";
+  e.status = status;
+  return e;
+}
+
 TEST_P(StoreTest, StartsEmpty) {
   Result<StoredState> state = store_->LoadAll();
   ASSERT_TRUE(state.ok()) << state.status().ToString();
@@ -111,8 +165,16 @@ TEST_P(StoreTest, StartsEmpty) {
   EXPECT_TRUE(state->tenants.empty());
   EXPECT_TRUE(state->queues.empty());
   EXPECT_TRUE(state->priority_classes.empty());
+  EXPECT_TRUE(state->users.empty());
+  EXPECT_TRUE(state->tokens.empty());
   EXPECT_EQ(state->next_job_id, 1);
   EXPECT_EQ(state->last_event_seq, 0);
+  EXPECT_TRUE(store_->ListUsers()->empty());
+  EXPECT_TRUE(store_->ListTokens()->empty());
+  Result<AuditPage> audit = store_->ListAudit({}, 0, 10);
+  ASSERT_TRUE(audit.ok()) << audit.status().ToString();
+  EXPECT_TRUE(audit->entries.empty());
+  EXPECT_FALSE(audit->next_after_seq.has_value());
   Result<std::optional<Job>> job = store_->GetJob(1);
   ASSERT_TRUE(job.ok());
   EXPECT_FALSE(job->has_value());
@@ -204,6 +266,10 @@ TEST_P(StoreTest, RejectsBadArguments) {
   EXPECT_EQ(store_->ListJobs({}, 0, kMaxListLimit + 1).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->ListEvents(1, 0, -1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->ListAudit({}, 0, 0).status().message(),
+              HasSubstr("ListAudit: limit must be between 1 and 10000, got 0"));
+  EXPECT_EQ(store_->ListAudit({}, 0, kMaxListLimit + 1).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_P(StoreTest, RejectsJobIdsThatWereNotReserved) {
@@ -559,6 +625,379 @@ TEST_P(StoreTest, ConcurrentCallsAreSerialised) {
   }
   EXPECT_EQ(seqs.size(), size_t{kThreads * kBatchesPerThread});
   EXPECT_EQ(*seqs.rbegin(), kThreads * kBatchesPerThread);
+}
+
+// --- users, tokens, audit log ------------------------------------------------------
+
+TEST_P(StoreTest, UsersAndTokensReadBackInKeyOrder) {
+  User bob = TestUser("bob");
+  User alice = TestUser("alice", "research", Role::kTenantAdmin);
+  alice.priority_classes = {"p0"};
+  User root = TestUser("root", "", Role::kClusterAdmin);
+  ApiToken bobs = TestToken('b', "bob");
+  bobs.expires = At(9'000);
+  ApiToken alices = TestToken('0', "alice");
+  ApiToken roots = TestToken('7', "root");
+  WriteBatch batch;
+  batch.PutTenant(Tenant{"research", ""});
+  batch.PutUser(bob);
+  batch.PutUser(alice);
+  batch.PutUser(root);
+  batch.PutToken(bobs);
+  batch.PutToken(alices);
+  batch.PutToken(roots);
+  MustCommit(batch);
+
+  EXPECT_THAT(*store_->ListUsers(), ElementsAre(alice, bob, root));
+  EXPECT_THAT(*store_->ListTokens(), ElementsAre(alices, roots, bobs));
+  Result<StoredState> state = store_->LoadAll();
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_THAT(state->users, ElementsAre(alice, bob, root));
+  EXPECT_THAT(state->tokens, ElementsAre(alices, roots, bobs));
+}
+
+TEST_P(StoreTest, PutUserAndPutTokenReplaceByKey) {
+  AddTenancy();
+  MustCommit([] {
+    WriteBatch b;
+    b.PutTenant(Tenant{"prod", ""});
+    b.PutUser(TestUser("alice"));
+    b.PutUser(TestUser("bob"));
+    b.PutToken(TestToken('a', "alice"));
+    return b;
+  }());
+
+  User moved = TestUser("alice", "prod", Role::kViewer);
+  ApiToken revoked = TestToken('a', "alice");
+  revoked.revoked = At(5'000);
+  revoked.description = "lost laptop";
+  ApiToken handed_over = TestToken('c', "alice");
+  WriteBatch batch;
+  batch.PutUser(moved);
+  batch.PutToken(revoked);
+  batch.PutToken(handed_over);
+  handed_over.user = "bob";  // a later op sees the earlier one and replaces it
+  batch.PutToken(handed_over);
+  MustCommit(batch);
+
+  EXPECT_THAT(*store_->ListUsers(), ElementsAre(moved, TestUser("bob")));
+  EXPECT_THAT(*store_->ListTokens(), ElementsAre(revoked, handed_over));
+  // The user left research: research may go (once its queue is gone), prod may not.
+  EXPECT_EQ(CommitWith([](WriteBatch& b) {
+              b.DeleteQueue("research", "vision");
+              b.DeleteTenant("prod");
+            }).code(),
+            StatusCode::kFailedPrecondition);
+  Status s = CommitWith([](WriteBatch& b) {
+    b.DeleteQueue("research", "vision");
+    b.DeleteUser("bob");
+    b.DeleteTenant("research");
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_P(StoreTest, PutUserChecksItsTenant) {
+  Status s = CommitWith([](WriteBatch& b) { b.PutUser(TestUser("alice", "ghost")); });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "commit: op 1 of 1 (PutUser alice): tenant \"ghost\" does not exist; create it first");
+
+  // A cluster admin needs no tenant; a user may follow its tenant in the same batch.
+  s = CommitWith([](WriteBatch& b) {
+    b.PutUser(TestUser("root", "", Role::kClusterAdmin));
+    b.PutTenant(Tenant{"research", ""});
+    b.PutUser(TestUser("alice"));
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(UserNames(*store_->ListUsers()), (std::vector<std::string>{"alice", "root"}));
+}
+
+TEST_P(StoreTest, PutTokenChecksItsUser) {
+  AddTenancy();
+  Status s = CommitWith([](WriteBatch& b) { b.PutToken(TestToken('a', "ghost")); });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "commit: op 1 of 1 (PutToken aaaaaaaaaaaa): user \"ghost\" does not exist; put the "
+            "user before its tokens");
+
+  // Before its user in the batch is too early.
+  s = CommitWith([](WriteBatch& b) {
+    b.PutToken(TestToken('a', "alice"));
+    b.PutUser(TestUser("alice"));
+  });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("op 1 of 2 (PutToken aaaaaaaaaaaa): user \"alice\""));
+  EXPECT_TRUE(store_->ListUsers()->empty());
+
+  s = CommitWith([](WriteBatch& b) {
+    b.PutUser(TestUser("alice"));
+    b.PutToken(TestToken('a', "alice"));
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(TokenIds(*store_->ListTokens()), (std::vector<std::string>{"aaaaaaaaaaaa"}));
+}
+
+TEST_P(StoreTest, DeleteUserDeletesItsTokens) {
+  AddTenancy();
+  MustCommit([] {
+    WriteBatch b;
+    b.PutUser(TestUser("alice"));
+    b.PutUser(TestUser("bob"));
+    b.PutToken(TestToken('1', "alice"));
+    b.PutToken(TestToken('2', "bob"));
+    b.PutToken(TestToken('3', "alice"));
+    return b;
+  }());
+
+  Status s = CommitWith([](WriteBatch& b) { b.DeleteUser("ghost"); });
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "commit: op 1 of 1 (DeleteUser ghost): user \"ghost\" does not exist");
+
+  ASSERT_TRUE(CommitWith([](WriteBatch& b) { b.DeleteUser("alice"); }).ok());
+  EXPECT_EQ(UserNames(*store_->ListUsers()), (std::vector<std::string>{"bob"}));
+  EXPECT_EQ(TokenIds(*store_->ListTokens()), (std::vector<std::string>{"222222222222"}));
+  EXPECT_EQ(TokenIds(store_->LoadAll()->tokens), (std::vector<std::string>{"222222222222"}));
+
+  // Gone means gone: no new tokens, no second delete.
+  EXPECT_EQ(CommitWith([](WriteBatch& b) { b.PutToken(TestToken('4', "alice")); }).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CommitWith([](WriteBatch& b) { b.DeleteUser("alice"); }).code(), StatusCode::kNotFound);
+
+  // Deleted and created again in one batch: the old tokens stay gone.
+  ASSERT_TRUE(CommitWith([](WriteBatch& b) {
+                b.DeleteUser("bob");
+                b.PutUser(TestUser("bob", "research", Role::kViewer));
+              }).ok());
+  EXPECT_TRUE(store_->ListTokens()->empty());
+  EXPECT_THAT(*store_->ListUsers(), ElementsAre(TestUser("bob", "research", Role::kViewer)));
+}
+
+TEST_P(StoreTest, DeleteTenantFailsWhileUsersRemain) {
+  MustCommit([] {
+    WriteBatch b;
+    b.PutTenant(Tenant{"research", ""});
+    b.PutTenant(Tenant{"prod", ""});
+    b.PutQueue(Queue{"vision", "research", "", 0, 8, 1.0});
+    for (const char* name : {"u6", "u2", "u5", "u1", "u4", "u3"}) b.PutUser(TestUser(name));
+    b.PutUser(TestUser("carol", "prod"));
+    b.PutUser(TestUser("root", "", Role::kClusterAdmin));
+    return b;
+  }());
+
+  // Queues are named first, then users, at most five of them.
+  Status s = CommitWith([](WriteBatch& b) { b.DeleteTenant("research"); });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("tenant \"research\" still has queues (vision)"));
+  s = CommitWith([](WriteBatch& b) {
+    b.DeleteQueue("research", "vision");
+    b.DeleteTenant("research");
+  });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "commit: op 2 of 2 (DeleteTenant research): tenant \"research\" still has users (u1, "
+            "u2, u3, u4, u5, ...); delete them first");
+  EXPECT_EQ(store_->ListQueues()->size(), 1u);  // the failed batch took nothing
+
+  s = CommitWith([](WriteBatch& b) { b.DeleteTenant("prod"); });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("tenant \"prod\" still has users (carol); delete them first"));
+
+  s = CommitWith([](WriteBatch& b) {
+    b.DeleteUser("carol");
+    b.DeleteTenant("prod");
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(store_->ListTenants()->size(), 1u);
+  EXPECT_EQ(store_->ListUsers()->size(), 7u);  // research's six and the cluster admin
+}
+
+TEST_P(StoreTest, RejectsInvalidUsersAndTokens) {
+  AddTenancy();
+  MustCommit([] {
+    WriteBatch b;
+    b.PutUser(TestUser("alice"));
+    return b;
+  }());
+  Status s = CommitWith([](WriteBatch& b) { b.PutUser(TestUser("Bad Name")); });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("commit: op 1 of 1 (PutUser Bad Name): user name: "));
+
+  s = CommitWith([](WriteBatch& b) { b.PutUser(TestUser("bob", "")); });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("(PutUser bob): user bob: tenant: required"));
+
+  s = CommitWith([](WriteBatch& b) {
+    User u = TestUser("bob");
+    u.created_by = "bad utf-8 \xff";
+    b.PutUser(u);
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("(PutUser bob): cannot encode as JSON"));
+
+  s = CommitWith([](WriteBatch& b) {
+    ApiToken t = TestToken('a', "alice");
+    t.id = "ABC";
+    b.PutToken(t);
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("(PutToken ABC): token id: expected 12 lower-case hex"));
+
+  const std::string secret_hash = std::string(63, 'e') + "X";
+  s = CommitWith([&](WriteBatch& b) {
+    ApiToken t = TestToken('a', "alice");
+    t.secret_hash = secret_hash;
+    b.PutToken(t);
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("secret_hash"));
+  EXPECT_THAT(s.message(), Not(HasSubstr(secret_hash)));
+
+  // Validity is checked before anything is applied: the first op is not kept.
+  s = CommitWith([](WriteBatch& b) {
+    b.PutUser(TestUser("carol"));
+    ApiToken t = TestToken('a', "carol");
+    t.expires = t.created;
+    b.PutToken(t);
+  });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("op 2 of 2 (PutToken aaaaaaaaaaaa)"));
+  EXPECT_EQ(UserNames(*store_->ListUsers()), (std::vector<std::string>{"alice"}));
+  EXPECT_TRUE(store_->ListTokens()->empty());
+}
+
+TEST_P(StoreTest, AuditIsOrderedPagedAndFiltered) {
+  std::vector<JobId> ids = AddJobs({"a"});
+  MustCommit([&] {
+    WriteBatch b;
+    b.AppendAudit(Audit("user:alice", "research", "job/1"));
+    b.AppendEvent(ids[0], At(1), "user:alice", "Cancelled", "");  // its own sequence
+    b.AppendAudit(Audit("user:bob", "research", "job/2", 403));
+    return b;
+  }());
+  MustCommit([] {
+    WriteBatch b;
+    b.AppendAudit(Audit("user:alice", "prod", "job/3"));
+    b.AppendAudit(Audit("user:root", "", "node/gpu-7"));
+    AuditEntry with_seq = Audit("user:alice", "research", "job/1");
+    with_seq.seq = 99;  // ignored
+    b.AppendAudit(with_seq);
+    b.AppendAudit(Audit("anonymous", "", "", 401));
+    return b;
+  }());
+
+  std::vector<AuditEntry> all = AllAudit();
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_THAT(Seqs(all), ElementsAre(1, 2, 3, 4, 5, 6));
+  AuditEntry expected = Audit("user:bob", "research", "job/2", 403);
+  expected.seq = 2;
+  EXPECT_EQ(all[1], expected);
+  EXPECT_EQ(store_->LoadAll()->last_event_seq, 1);
+
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(Seqs(AllAudit({.actor = "user:alice"})), (V{1, 3, 5}));
+  EXPECT_EQ(Seqs(AllAudit({.tenant = "research"})), (V{1, 2, 5}));
+  EXPECT_EQ(Seqs(AllAudit({.object = "job/1"})), (V{1, 5}));
+  EXPECT_EQ(Seqs(AllAudit({.actor = "user:alice", .tenant = "research"})), (V{1, 5}));
+  EXPECT_EQ(Seqs(AllAudit({.actor = "user:alice", .tenant = "prod", .object = "job/3"})), (V{3}));
+  EXPECT_EQ(Seqs(AllAudit({.actor = "user:alic"})), V{});  // exact, not a prefix
+  EXPECT_EQ(Seqs(AllAudit({.actor = "user:bob", .tenant = "prod"})), V{});
+
+  // Paging, alone and with a filter.
+  Result<AuditPage> first = store_->ListAudit({}, 0, 4);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_THAT(Seqs(first->entries), ElementsAre(1, 2, 3, 4));
+  ASSERT_EQ(first->next_after_seq, std::optional<int64_t>(4));
+  Result<AuditPage> second = store_->ListAudit({}, *first->next_after_seq, 4);
+  EXPECT_THAT(Seqs(second->entries), ElementsAre(5, 6));
+  EXPECT_FALSE(second->next_after_seq.has_value());
+  Result<AuditPage> exact = store_->ListAudit({}, 2, 4);  // ends at the last entry
+  EXPECT_THAT(Seqs(exact->entries), ElementsAre(3, 4, 5, 6));
+  EXPECT_FALSE(exact->next_after_seq.has_value());
+
+  Result<AuditPage> alice = store_->ListAudit({.actor = "user:alice"}, 0, 2);
+  EXPECT_THAT(Seqs(alice->entries), ElementsAre(1, 3));
+  ASSERT_EQ(alice->next_after_seq, std::optional<int64_t>(3));
+  alice = store_->ListAudit({.actor = "user:alice"}, *alice->next_after_seq, 2);
+  EXPECT_THAT(Seqs(alice->entries), ElementsAre(5));
+  EXPECT_FALSE(alice->next_after_seq.has_value());
+  EXPECT_TRUE(store_->ListAudit({}, 6, 10)->entries.empty());
+}
+
+TEST_P(StoreTest, AuditFieldsAreCutToTheirBounds) {
+  AuditEntry e = Audit("user:alice", "research", "job/1");
+  e.message = std::string(3 * kMaxAuditMessageBytes, 'm');
+  e.object = std::string(kMaxAuditObjectBytes, 'o');  // exactly at the bound: kept
+  std::string e_acute = "\xc3\xa9";                   // two bytes
+  e.action = "GET /";
+  while (e.action.size() < 2 * kMaxAuditActionBytes) e.action += e_acute;
+  e.source = std::string(kMaxAuditOtherFieldBytes + 1, 's');
+  MustCommit([&] {
+    WriteBatch b;
+    b.AppendAudit(e);
+    return b;
+  }());
+
+  std::vector<AuditEntry> all = AllAudit();
+  ASSERT_EQ(all.size(), 1u);
+  const AuditEntry& got = all[0];
+  EXPECT_EQ(got.message, std::string(kMaxAuditMessageBytes - 3, 'm') + "...");
+  EXPECT_EQ(got.object, e.object);
+  EXPECT_EQ(got.source, std::string(kMaxAuditOtherFieldBytes - 3, 's') + "...");
+  EXPECT_LE(got.action.size(), kMaxAuditActionBytes);
+  EXPECT_GE(got.action.size(), kMaxAuditActionBytes - 1);
+  EXPECT_TRUE(IsValidUtf8(got.action)) << "cut inside a character";
+  EXPECT_EQ(got.action.substr(0, got.action.size() - 3), e.action.substr(0, got.action.size() - 3));
+  EXPECT_EQ(got.action.substr(got.action.size() - 3), "...");
+  EXPECT_EQ(got.actor, "user:alice");
+  EXPECT_EQ(got.tenant, "research");
+}
+
+TEST_P(StoreTest, FailedBatchOfUsersTokensAndAuditLeavesNoTrace) {
+  AddTenancy();
+  MustCommit([] {
+    WriteBatch b;
+    b.PutUser(TestUser("alice"));
+    b.PutToken(TestToken('a', "alice"));
+    b.AppendAudit(Audit("user:root", "research", "user/alice"));
+    return b;
+  }());
+  std::vector<User> users_before = *store_->ListUsers();
+  std::vector<ApiToken> tokens_before = *store_->ListTokens();
+  std::vector<AuditEntry> audit_before = AllAudit();
+
+  // Every kind of new write, then a token whose user does not exist.
+  WriteBatch batch;
+  batch.PutUser(TestUser("bob"));
+  batch.PutToken(TestToken('b', "bob"));
+  User changed = TestUser("alice", "research", Role::kViewer);
+  batch.PutUser(changed);
+  ApiToken revoked = TestToken('a', "alice");
+  revoked.revoked = At(3'000);
+  batch.PutToken(revoked);
+  batch.AppendAudit(Audit("user:root", "research", "user/bob"));
+  batch.DeleteUser("alice");
+  batch.PutTenant(Tenant{"prod", ""});
+  batch.AppendAudit(Audit("user:root", "research", "user/alice"));
+  batch.PutToken(TestToken('c', "carol"));
+  Status s = store_->Commit(batch);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("op 9 of 9 (PutToken cccccccccccc)"));
+
+  EXPECT_EQ(*store_->ListUsers(), users_before);
+  EXPECT_EQ(*store_->ListTokens(), tokens_before);
+  EXPECT_EQ(AllAudit(), audit_before);
+  EXPECT_EQ(store_->ListTenants()->size(), 1u);
+  Result<StoredState> state = store_->LoadAll();
+  EXPECT_EQ(state->users, users_before);
+  EXPECT_EQ(state->tokens, tokens_before);
+
+  // The store carries on: the next audit entry takes the next seq.
+  MustCommit([] {
+    WriteBatch b;
+    b.AppendAudit(Audit("user:root", "", "node/n1"));
+    return b;
+  }());
+  EXPECT_THAT(Seqs(AllAudit()), ElementsAre(1, 2));
 }
 
 INSTANTIATE_TEST_SUITE_P(

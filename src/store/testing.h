@@ -1,5 +1,6 @@
 // Helpers shared by the store's tests: a temporary directory that cleans up after
-// itself, valid jobs and specs, and raw SQLite access for looking under a store.
+// itself, valid jobs, specs, users and tokens, and raw SQLite access for looking
+// under a store.
 //
 // Test-only; not part of the store library. Thread-safety: plain values.
 #pragma once
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/auth.h"
 #include "core/job.h"
 #include "core/job_spec.h"
 #include "core/status.h"
@@ -73,6 +75,28 @@ inline Job TestJob(JobId id, const std::string& name, JobState state = JobState:
   return job;
 }
 
+inline User TestUser(const std::string& name, const std::string& tenant = "research",
+                     Role role = Role::kMember) {
+  User u;
+  u.name = name;
+  u.tenant = tenant;
+  u.role = role;
+  u.created = At(1'000);
+  u.created_by = "bootstrap";
+  return u;
+}
+
+// A token of `user` whose id is `id_digit` repeated (12 hex digits).
+inline ApiToken TestToken(char id_digit, const std::string& user) {
+  ApiToken t;
+  t.id = std::string(kTokenIdHexDigits, id_digit);
+  t.user = user;
+  t.secret_hash = std::string(64, 'f');
+  t.description = "token of " + user;
+  t.created = At(2'000);
+  return t;
+}
+
 // A second connection to a store's file, for looking at and tampering with it.
 class RawDb {
  public:
@@ -95,14 +119,15 @@ class RawDb {
     return out;
   }
 
-  // The first column of every row of `sql`, as text (NULL as "NULL").
-  std::vector<std::string> Column(const std::string& sql) {
+  // Column `col` (the first by default) of every row of `sql`, as text (NULL as
+  // "NULL").
+  std::vector<std::string> Column(const std::string& sql, int col = 0) {
     sqlite3_stmt* stmt = nullptr;
     int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr);
     TY_CHECK_MSG(rc == SQLITE_OK, sql + ": " + sqlite3_errmsg(db_));
     std::vector<std::string> out;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      const unsigned char* text = sqlite3_column_text(stmt, 0);
+      const unsigned char* text = sqlite3_column_text(stmt, col);
       out.emplace_back(text != nullptr ? reinterpret_cast<const char*>(text) : "NULL");
     }
     TY_CHECK_MSG(rc == SQLITE_DONE, sql + ": " + sqlite3_errmsg(db_));

@@ -18,6 +18,15 @@ import threading
 import urllib.parse
 
 
+def auth_header(url):
+    """The admin token the server wrote beside server.url (TRAINYARD_DATA_DIR)."""
+    path = os.path.join(os.environ.get("TRAINYARD_DATA_DIR", ""), "token")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {"Authorization": "Bearer " + f.read().strip()}
+
+
 def connect(url):
     u = urllib.parse.urlsplit(url)
     return http.client.HTTPConnection(u.hostname, u.port, timeout=30)
@@ -41,7 +50,7 @@ def submit(url, jobs, clients, kill_pid, kill_after, acked_file):
                                "command": ["/bin/true"]})
             try:
                 conn.request("POST", "/api/v1/jobs", body,
-                             {"Content-Type": "application/json"})
+                             {"Content-Type": "application/json", **auth_header(url)})
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException):
@@ -82,7 +91,7 @@ def list_all(url, limit):
     conn = connect(url)
     ids, after, pages = [], 0, 0
     while True:
-        conn.request("GET", f"/api/v1/jobs?limit={limit}&after={after}")
+        conn.request("GET", f"/api/v1/jobs?limit={limit}&after={after}", headers=auth_header(url))
         resp = conn.getresponse()
         page = json.loads(resp.read())
         if resp.status != 200:

@@ -15,6 +15,7 @@ PY=/usr/bin/python3
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d /tmp/trainyard-burst-XXXXXX)
 D=$WORK/server
+export TRAINYARD_DATA_DIR=$D  # burst_crash.py reads the admin token there
 SERVER_PID=
 
 cleanup() {

@@ -4,7 +4,8 @@
 # driven through the CLI the way a user would.
 #
 #   e2e.sh TRAINYARD_BINARY CASE     CASE: gang | pending | bad-input | preempt |
-#                                          server-restart | agent-loss | rank-failure
+#                                          server-restart | agent-loss | rank-failure |
+#                                          auth
 set -euo pipefail
 T=$1
 CASE=$2
@@ -84,9 +85,9 @@ bad-input)
   set -e
   [[ $rc -ne 0 && $out == *"job 999"* ]] || fail "unknown job: rc=$rc $out"
   url=$(cat "$D/server.url")
-  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$url/api/v1/jobs" --data-binary 'name: [')
+  code=$(curl -H "Authorization: Bearer $(cat "$D/token")" -s -o /dev/null -w '%{http_code}' -X POST "$url/api/v1/jobs" --data-binary 'name: [')
   [[ $code == 400 ]] || fail "invalid YAML got HTTP $code"
-  code=$(curl -s -o /dev/null -w '%{http_code}' "$url/api/v1/jobs?state=Nope")
+  code=$(curl -H "Authorization: Bearer $(cat "$D/token")" -s -o /dev/null -w '%{http_code}' "$url/api/v1/jobs?state=Nope")
   [[ $code == 400 ]] || fail "bad filter got HTTP $code"
   [[ $("$T" jobs --all -o json) == "[]" ]] || fail "bad input stored a job"
   ;;
@@ -99,7 +100,7 @@ resources: {gpus: 2}
 checkpoint: {preempt_grace: 5s}
 command: ["/bin/sh", "-c", "echo resume=[$TRAINYARD_RESUME_FROM]; trap \"echo notice; exit 0\" USR1; while true; do sleep 0.1; done"]')")
   wait_state "$low" Running
-  curl -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$low/checkpoint" \
+  curl -H "Authorization: Bearer $(cat "$D/token")" -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$low/checkpoint" \
     -d '{"path": "/ckpt/low/step-7", "step": 7, "duration_ms": 12}' >/dev/null
   sleep 0.3
   high=$(submit "$(spec high 'name: high
@@ -140,7 +141,7 @@ agent-loss)
 resources: {gpus: 1}
 command: ["/bin/sh", "-c", "echo attempt=$TRAINYARD_ATTEMPT resume=$TRAINYARD_RESUME_FROM; sleep 300"]')")
   wait_state "$id" Running
-  curl -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$id/checkpoint" -d '{"path": "/ck/one", "step": 1}' >/dev/null
+  curl -H "Authorization: Bearer $(cat "$D/token")" -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$id/checkpoint" -d '{"path": "/ck/one", "step": 1}' >/dev/null
   node=$(job_field "$id" 'j["attempts"][0]["nodes"][0]')
   kill -9 "${AGENT_PID[$node]}"
   for _ in $(seq 200); do
@@ -165,6 +166,74 @@ command: ["/bin/sh", "-c", "if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 
   [[ $(job_field "$id" 'len(j["attempts"])') == 2 ]] || fail "not retried once"
   [[ $(job_field "$id" 'j["attempts"][0]["message"]') == *"exited with code 3"* ]] ||
     fail "message: $(job_field "$id" 'j["attempts"][0]["message"]')"
+  ;;
+auth)
+  # The first start wrote an admin token, readable by its owner only.
+  [[ $(stat -c %a "$D/token") == 600 ]] || fail "admin token mode $(stat -c %a "$D/token")"
+  [[ $("$T" whoami) == "admin (cluster-admin; token "* ]] || fail "whoami: $("$T" whoami)"
+  "$T" users create alice --tenant vision >/dev/null || fail "create alice"
+  "$T" users create bob --tenant nlp >/dev/null || fail "create bob"
+  "$T" users create vera --tenant vision --role viewer >/dev/null || fail "create vera"
+  ( umask 077
+    "$T" tokens create --user alice --description e2e 2>/dev/null >"$WORK/alice.token"
+    "$T" tokens create --user bob 2>/dev/null >"$WORK/bob.token"
+    "$T" tokens create --user vera --expires 1h 2>/dev/null >"$WORK/vera.token" )
+  as() { local u=$1; shift; TRAINYARD_TOKEN=$(cat "$WORK/$u.token") "$T" "$@"; }
+  [[ $(as alice whoami) == "alice (member of tenant vision; token "* ]] || fail "alice whoami"
+  a=$(as alice submit "$(spec a 'name: a
+command: ["/bin/sleep", "60"]')" -o json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  b=$(as bob submit "$(spec b 'name: b
+command: ["/bin/sleep", "60"]')" -o json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  [[ $(job_field "$a" 'j["spec"]["tenant"]') == vision ]] || fail "alice's job not in vision"
+  # Each sees its own tenant's jobs only; the admin sees both.
+  ids() { "$PY" -c 'import json,sys; print(" ".join(str(j["id"]) for j in json.load(sys.stdin)))'; }
+  [[ $(as alice jobs -o json | ids) == "$a" ]] || fail "alice lists $(as alice jobs -o json | ids)"
+  [[ $(as vera jobs -o json | ids) == "$a" ]] || fail "vera lists other jobs"
+  [[ $("$T" jobs -o json | ids) == "$a $b" ]] || fail "admin lists $("$T" jobs -o json | ids)"
+  set +e
+  out=$(as alice job show "$b" 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"may not read-jobs"* ]] || fail "alice read bob's job: $out"
+  out=$(as alice cancel "$b" 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"may not"* ]] || fail "alice cancelled bob's job: $out"
+  out=$(as vera cancel "$a" 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"needs role member"* ]] || fail "viewer cancelled: $out"
+  out=$(as alice logs "$b" 2>&1); rc=$?
+  [[ $rc -ne 0 ]] || fail "alice read bob's logs: $out"
+  out=$(as alice cordon node-x 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"cluster-admin"* ]] || fail "alice cordoned: $out"
+  out=$(as alice submit "$(spec p0 'name: p0
+priority: p0
+command: ["/bin/true"]')" 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *'priority class "p0"'* ]] || fail "alice used p0: $out"
+  out=$(as alice users create mallory --role cluster-admin 2>&1); rc=$?
+  [[ $rc -ne 0 ]] || fail "a member created a user: $out"
+  set -e
+  [[ $(job_field "$b" 'j["state"]') == Pending ]] || fail "bob's job changed"
+  as alice cancel "$a" >/dev/null || fail "alice cannot cancel her own job"
+  # Revoked: refused at once, with a message saying so.
+  id=$(cut -c5-16 "$WORK/vera.token")
+  "$T" tokens --user vera -o json | grep -q "\"$id\"" || fail "vera's token not listed"
+  "$T" tokens revoke "$id" >/dev/null || fail "revoke"
+  set +e
+  out=$(as vera jobs 2>&1); rc=$?
+  set -e
+  [[ $rc -ne 0 && $out == *revoked* ]] || fail "revoked token: rc=$rc $out"
+  # No token at all.
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$(cat "$D/server.url")/api/v1/jobs")
+  [[ $code == 401 ]] || fail "no token got HTTP $code"
+  # Who did what: alice's refused cancel and her own cancel are on record.
+  "$T" audit --actor user:alice -o json | "$PY" -c '
+import json, sys
+entries = json.load(sys.stdin)
+statuses = sorted(e["status"] for e in entries if e["action"].endswith("/cancel"))
+assert statuses == [200, 403], entries
+assert all(e["source"].startswith("127.0.0.1:") for e in entries), entries
+' || fail "audit"
+  # A server without authentication only on loopback.
+  set +e
+  out=$("$T" server --data-dir "$WORK/insecure" --listen 0.0.0.0:0 --insecure-local 2>&1); rc=$?
+  set -e
+  [[ $rc -eq 2 && $out == *"loopback"* ]] || fail "--insecure-local on 0.0.0.0: rc=$rc $out"
   ;;
 *)
   fail "unknown case"

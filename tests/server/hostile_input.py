@@ -46,12 +46,15 @@ server, URL = start()
 HOST, PORT = URL.hostname, URL.port
 with open(os.path.join(DATA, "join-token")) as f:
     JOIN = f.read().strip()
+with open(os.path.join(DATA, "token")) as f:  # the admin token of the first start
+    TOKEN = f.read().strip()
+AUTH = {"Authorization": "Bearer " + TOKEN}
 
 
 def request(method, path, body=None, headers=None):
     conn = http.client.HTTPConnection(HOST, PORT, timeout=30)
     try:
-        conn.request(method, path, body, headers or {})
+        conn.request(method, path, body, AUTH if headers is None else headers)
         r = conn.getresponse()
         return r.status, r.read()
     except (ConnectionError, http.client.HTTPException, socket.timeout) as e:
@@ -101,8 +104,8 @@ def check(name, status, body, want_message=True, expect=None):
         print(f"ok  {name}: {status} {message[:110]}")
 
 
-YAML = {"Content-Type": "application/yaml"}
-JSON = {"Content-Type": "application/json"}
+YAML = {"Content-Type": "application/yaml", **AUTH}
+JSON = {"Content-Type": "application/json", **AUTH}
 AGENT = {"Authorization": "Bearer " + JOIN, "Content-Type": "application/json"}
 good = "name: t\ncommand: [\"true\"]\nresources: {gpus: 1}\n"
 
@@ -140,6 +143,37 @@ check("path traversal in logs", *request("GET", "/api/v1/jobs/1/logs?rank=../../
 check("path traversal in node", *request("GET", "/api/v1/nodes/..%2F..%2Fetc"))
 status, body = raw(b"GET /api/v1/../../../../etc/passwd HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 check("raw path traversal", status, body, want_message=False)
+# Tokens: none, malformed, forged, revoked, an agent's join token, oversized.
+check("submit without a token", *request("POST", "/api/v1/jobs", good, {"Content-Type": "application/yaml"}),
+      expect={401})
+check("malformed token", *request("POST", "/api/v1/jobs", good,
+                                  {**YAML, "Authorization": "Bearer tyt_../../etc"}), expect={401})
+check("forged secret", *request("POST", "/api/v1/jobs", good,
+                                {"Authorization": "Bearer " + TOKEN[:-1] + ("0" if TOKEN[-1] != "0" else "1"),
+                                 "Content-Type": "application/yaml"}), expect={401})
+check("join token as a user token", *request("POST", "/api/v1/jobs", good,
+                                             {"Authorization": "Bearer " + JOIN,
+                                              "Content-Type": "application/yaml"}), expect={401})
+check("basic auth instead of a bearer token", *request("GET", "/api/v1/jobs", None,
+                                                       {"Authorization": "Basic YWRtaW46YWRtaW4="}),
+      expect={401})
+check("token of 64 KiB", *request("GET", "/api/v1/jobs", None, {"Authorization": "Bearer " + "a" * 65536}))
+status, body = request("POST", "/api/v1/tokens", json.dumps({"description": "to revoke"}), JSON)
+if status != 201:
+    failures.append(f"token create: {status} {body[:200]!r}")
+else:
+    made = json.loads(body)
+    status, body = request("DELETE", "/api/v1/tokens/" + made["id"])
+    if status != 200:
+        failures.append(f"token revoke: {status} {body[:200]!r}")
+    check("revoked token", *request("POST", "/api/v1/jobs", good,
+                                    {"Authorization": "Bearer " + made["token"],
+                                     "Content-Type": "application/yaml"}), expect={401})
+check("token with a negative lifetime", *request("POST", "/api/v1/tokens",
+                                                 json.dumps({"expires_in": "-1s"}), JSON), expect={400})
+check("user with a path for a name", *request("POST", "/api/v1/users",
+                                              json.dumps({"name": "../../etc", "tenant": "t"}), JSON),
+      expect={400})
 # Agents: a join token is needed, and a wrong one changes nothing.
 check("register without token", *request("POST", "/api/v1/agent/register", "{}", JSON), expect={401, 403})
 check("register with a wrong token", *request("POST", "/api/v1/agent/register", "{}",
@@ -175,6 +209,13 @@ if status != 200 or json.loads(body).get("jobs", json.loads(body)) not in ([], {
 status, body = request("GET", "/api/v1/nodes")
 if status != 200 or json.loads(body) not in ([], {"nodes": []}):
     failures.append(f"nodes after the hostile requests: {status} {body[:300]!r}")
+status, body = request("GET", "/api/v1/users")
+if status != 200 or [u["name"] for u in json.loads(body)["users"]] != ["admin"]:
+    failures.append(f"users after the hostile requests: {status} {body[:300]!r}")
+# The refused changes are on record, with who tried them.
+status, body = request("GET", "/api/v1/audit?actor=anonymous&limit=1000")
+if status != 200 or not any(e["status"] == 401 for e in json.loads(body)["entries"]):
+    failures.append(f"audit of refused requests: {status} {body[:300]!r}")
 
 server.send_signal(signal.SIGTERM)
 try:

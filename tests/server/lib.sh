@@ -3,7 +3,8 @@
 # small helpers over the CLI's JSON output.
 #
 # The sourcing script sets T (the trainyard binary) and CASE, and may set
-# NODE_TIMEOUT (default 3s) and define fail_extra (more to print on failure).
+# NODE_TIMEOUT (default 3s), SERVER_FLAGS (an array of more `trainyard server` flags)
+# and define fail_extra (more to print on failure).
 WORK=$(mktemp -d /tmp/trainyard-e2e-XXXXXX)
 D=$WORK/server
 export TRAINYARD_DATA_DIR=$D
@@ -31,7 +32,7 @@ SERVER_PID=
 start_server() {  # [PORT]: 0 (any) by default
   rm -f "$D/server.url"
   "$T" server --data-dir "$D" --port "${1:-0}" --node-timeout "${NODE_TIMEOUT:-3s}" \
-    --policy min_runtime=0s >"$WORK/server.log" 2>&1 &
+    --policy min_runtime=0s ${SERVER_FLAGS[@]+"${SERVER_FLAGS[@]}"} >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   for _ in $(seq 200); do

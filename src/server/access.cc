@@ -1,0 +1,337 @@
+#include "server/access.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/names.h"
+
+namespace trainyard::server {
+namespace {
+
+// The user a token's owner field or a "user:" actor names.
+std::string_view Bare(std::string_view actor) {
+  if (actor.starts_with("user:")) actor.remove_prefix(5);
+  return actor;
+}
+
+}  // namespace
+
+std::string RandomHex(size_t n_bytes) {
+  std::vector<unsigned char> buf(n_bytes);
+  if (RAND_bytes(buf.data(), static_cast<int>(buf.size())) != 1) {
+    std::fprintf(stderr, "trainyard: the system's random number generator failed\n");
+    std::abort();
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n_bytes);
+  for (unsigned char b : buf) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+AccessControl::AccessControl(store::Store* store, const Clock* clock, AccessOptions options)
+    : store_(store), clock_(clock), opt_(options) {}
+
+Result<std::unique_ptr<AccessControl>> AccessControl::Open(store::Store* store, const Clock* clock,
+                                                           AccessOptions options) {
+  std::unique_ptr<AccessControl> ac(new AccessControl(store, clock, options));
+  TY_ASSIGN_OR_RETURN(std::vector<User> users, store->ListUsers());
+  TY_ASSIGN_OR_RETURN(std::vector<ApiToken> tokens, store->ListTokens());
+  for (User& u : users) ac->users_[u.name] = std::move(u);
+  for (ApiToken& t : tokens) ac->tokens_[t.id] = std::move(t);
+  return ac;
+}
+
+Result<Principal> AccessControl::Authenticate(std::string_view authorization) {
+  if (opt_.insecure_local) {
+    Principal p;
+    p.user = "local";
+    p.role = Role::kClusterAdmin;
+    return p;
+  }
+  if (authorization.empty()) {
+    return Unauthenticated(
+        "no token: send Authorization: Bearer <token> (the CLI reads TRAINYARD_TOKEN or "
+        "DATA_DIR/token; create one with `trainyard tokens create`)");
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!authorization.starts_with(kBearer)) {
+    return Unauthenticated("Authorization: expected \"Bearer <token>\"");
+  }
+  TY_ASSIGN_OR_RETURN(TokenParts parts, ParseTokenText(authorization.substr(kBearer.size())));
+  const std::string hash = Sha256Hex(parts.secret);
+  std::lock_guard lk(mu_);
+  auto it = tokens_.find(parts.id);
+  // Unknown id and wrong secret read the same, so ids cannot be probed.
+  if (it == tokens_.end() || !ConstantTimeEqual(it->second.secret_hash, hash)) {
+    return Unauthenticated("the token is not valid");
+  }
+  TY_RETURN_IF_ERROR(CheckTokenUsable(it->second, clock_->Now()));
+  auto u = users_.find(it->second.user);
+  if (u == users_.end()) return Unauthenticated("the token's user no longer exists");
+  Principal p;
+  p.user = u->second.name;
+  p.tenant = u->second.tenant;
+  p.role = u->second.role;
+  p.priority_classes = u->second.priority_classes;
+  p.token_id = parts.id;
+  return p;
+}
+
+Status AccessControl::Admit(const Principal& p) {
+  if (opt_.rate_per_second <= 0 || p.token_id.empty()) return Status::Ok();
+  const Timestamp now = clock_->Now();
+  std::lock_guard lk(mu_);
+  auto [it, fresh] = buckets_.try_emplace(p.token_id, Bucket{opt_.rate_burst, now});
+  Bucket& b = it->second;
+  if (!fresh) {
+    const double elapsed_s = std::chrono::duration<double>(now - b.last).count();
+    b.tokens =
+        std::min(opt_.rate_burst, b.tokens + std::max(0.0, elapsed_s) * opt_.rate_per_second);
+    b.last = std::max(b.last, now);
+  }
+  if (b.tokens < 1) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%g requests/s (bursts of %g)", opt_.rate_per_second,
+                  opt_.rate_burst);
+    return ResourceExhausted("rate limit: token " + p.token_id + " may make " + rate +
+                             "; slow down and retry");
+  }
+  b.tokens -= 1;
+  return Status::Ok();
+}
+
+Result<NewToken> AccessControl::MintLocked(const std::string& user, std::string description,
+                                           std::optional<Duration> ttl) {
+  const Timestamp now = clock_->Now();
+  NewToken out;
+  TokenParts parts;
+  do {
+    parts.id = RandomHex(kTokenIdHexDigits / 2);
+  } while (tokens_.contains(parts.id));
+  parts.secret = RandomHex(kTokenSecretHexDigits / 2);
+  out.token.id = parts.id;
+  out.token.user = user;
+  out.token.secret_hash = Sha256Hex(parts.secret);
+  out.token.description = std::move(description);
+  out.token.created = now;
+  if (ttl) out.token.expires = now + *ttl;
+  TY_RETURN_IF_ERROR(ValidateApiToken(out.token));
+  store::WriteBatch batch;
+  batch.PutToken(out.token);
+  TY_RETURN_IF_ERROR(store_->Commit(batch));
+  tokens_[out.token.id] = out.token;
+  out.text = FormatTokenText(parts);
+  return out;
+}
+
+Result<std::optional<NewToken>> AccessControl::Bootstrap(const std::string& name) {
+  std::lock_guard lk(mu_);
+  if (!users_.empty()) return std::optional<NewToken>();
+  User admin;
+  admin.name = name;
+  admin.role = Role::kClusterAdmin;
+  admin.created = clock_->Now();
+  admin.created_by = "bootstrap";
+  TY_RETURN_IF_ERROR(ValidateUser(admin));
+  store::WriteBatch batch;
+  batch.PutUser(admin);
+  TY_RETURN_IF_ERROR(store_->Commit(batch));
+  users_[admin.name] = admin;
+  TY_ASSIGN_OR_RETURN(
+      NewToken t, MintLocked(admin.name, "created when the server first started", std::nullopt));
+  return std::optional<NewToken>(std::move(t));
+}
+
+std::string AccessControl::TenantOf(const std::string& name) {
+  std::lock_guard lk(mu_);
+  auto it = users_.find(std::string(Bare(name)));
+  return it == users_.end() ? "" : it->second.tenant;
+}
+
+Result<std::vector<User>> AccessControl::ListUsers(const Principal& caller) {
+  TY_RETURN_IF_ERROR(Authorize(caller, Action::kReadUsers, {}));
+  std::lock_guard lk(mu_);
+  std::vector<User> out;
+  for (const auto& [name, u] : users_) {
+    if (caller.role == Role::kClusterAdmin || u.tenant == caller.tenant) out.push_back(u);
+  }
+  return out;
+}
+
+Result<User> AccessControl::GetUser(const Principal& caller, const std::string& name) {
+  std::lock_guard lk(mu_);
+  auto it = users_.find(name);
+  if (it == users_.end() ||
+      (caller.user != name && !Authorize(caller, Action::kReadUsers, {it->second.tenant}).ok())) {
+    return NotFound("no user " + QuoteForMessage(name));
+  }
+  return it->second;
+}
+
+Status AccessControl::AuthorizeUserChange(const Principal& caller, const User& user) {
+  return Authorize(caller, Action::kManageUsers, {user.tenant, user.name, user.role});
+}
+
+Result<User> AccessControl::CreateUser(const Principal& caller, User user) {
+  user.created = clock_->Now();
+  user.created_by = caller.Actor();
+  TY_RETURN_IF_ERROR(ValidateUser(user));
+  TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, user));
+  if (!user.priority_classes.empty() && caller.role != Role::kClusterAdmin) {
+    return PermissionDenied("priority_classes: only a cluster-admin grants priority classes");
+  }
+  std::lock_guard lk(mu_);
+  if (users_.contains(user.name)) {
+    return AlreadyExists("user " + QuoteForMessage(user.name) + " exists");
+  }
+  store::WriteBatch batch;
+  batch.PutUser(user);
+  TY_RETURN_IF_ERROR(store_->Commit(batch));
+  users_[user.name] = user;
+  return user;
+}
+
+Result<User> AccessControl::UpdateUser(const Principal& caller, const std::string& name,
+                                       std::optional<Role> role,
+                                       std::optional<std::vector<std::string>> priority_classes) {
+  std::lock_guard lk(mu_);
+  auto it = users_.find(name);
+  if (it == users_.end()) return NotFound("no user " + QuoteForMessage(name));
+  TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, it->second));
+  User updated = it->second;
+  if (role) updated.role = *role;
+  if (priority_classes) {
+    if (caller.role != Role::kClusterAdmin) {
+      return PermissionDenied("priority_classes: only a cluster-admin grants priority classes");
+    }
+    updated.priority_classes = *priority_classes;
+  }
+  if (updated.role == Role::kClusterAdmin) updated.tenant.clear();
+  TY_RETURN_IF_ERROR(ValidateUser(updated));
+  TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, updated));
+  if (caller.user == name && updated.role != it->second.role &&
+      caller.role == Role::kClusterAdmin) {
+    size_t admins = 0;
+    for (const auto& [n, u] : users_) admins += u.role == Role::kClusterAdmin;
+    if (admins == 1) {
+      return FailedPrecondition("user " + name + " is the last cluster-admin; keep it");
+    }
+  }
+  store::WriteBatch batch;
+  batch.PutUser(updated);
+  TY_RETURN_IF_ERROR(store_->Commit(batch));
+  it->second = updated;
+  return updated;
+}
+
+Status AccessControl::DeleteUser(const Principal& caller, const std::string& name) {
+  std::lock_guard lk(mu_);
+  auto it = users_.find(name);
+  if (it == users_.end()) return NotFound("no user " + QuoteForMessage(name));
+  TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, it->second));
+  if (it->second.role == Role::kClusterAdmin) {
+    size_t admins = 0;
+    for (const auto& [n, u] : users_) admins += u.role == Role::kClusterAdmin;
+    if (admins == 1) {
+      return FailedPrecondition("user " + name + " is the last cluster-admin; keep it");
+    }
+  }
+  store::WriteBatch batch;
+  batch.DeleteUser(name);
+  TY_RETURN_IF_ERROR(store_->Commit(batch));
+  users_.erase(it);
+  std::erase_if(tokens_, [&](const auto& kv) { return kv.second.user == name; });
+  return Status::Ok();
+}
+
+Result<NewToken> AccessControl::CreateToken(const Principal& caller, const std::string& user,
+                                            std::string description, std::optional<Duration> ttl) {
+  const std::string owner = user.empty() ? caller.user : user;
+  if (ttl && ttl->count() <= 0) {
+    return InvalidArgument("expires_in: must be positive, got " + FormatDuration(*ttl));
+  }
+  std::lock_guard lk(mu_);
+  auto u = users_.find(owner);
+  if (u == users_.end()) {
+    if (opt_.insecure_local && user.empty()) {
+      return FailedPrecondition(
+          "the server runs with --insecure-local and has no users; name a user with --user");
+    }
+    return NotFound("no user " + QuoteForMessage(owner));
+  }
+  TY_RETURN_IF_ERROR(
+      Authorize(caller, owner == caller.user ? Action::kManageOwnTokens : Action::kManageTokens,
+                {u->second.tenant, owner, u->second.role}));
+  return MintLocked(owner, std::move(description), ttl);
+}
+
+Result<std::vector<ApiToken>> AccessControl::ListTokens(const Principal& caller,
+                                                        const std::string& user) {
+  std::lock_guard lk(mu_);
+  std::vector<ApiToken> out;
+  for (const auto& [id, t] : tokens_) {
+    if (!user.empty() && t.user != user) continue;
+    auto u = users_.find(t.user);
+    const Target target{u == users_.end() ? "" : u->second.tenant, t.user,
+                        u == users_.end() ? Role::kViewer : u->second.role};
+    const Action a = t.user == caller.user ? Action::kManageOwnTokens : Action::kManageTokens;
+    if (user.empty() && t.user != caller.user) continue;  // default: one's own
+    if (!Authorize(caller, a, target).ok()) {
+      if (!user.empty()) return Authorize(caller, a, target);
+      continue;
+    }
+    out.push_back(t);
+  }
+  if (!user.empty() && out.empty() && !users_.contains(user)) {
+    return NotFound("no user " + QuoteForMessage(user));
+  }
+  return out;
+}
+
+Result<ApiToken> AccessControl::RevokeToken(const Principal& caller, const std::string& id) {
+  std::lock_guard lk(mu_);
+  auto it = tokens_.find(id);
+  if (it == tokens_.end()) return NotFound("no token " + QuoteForMessage(id));
+  auto u = users_.find(it->second.user);
+  const Target target{u == users_.end() ? "" : u->second.tenant, it->second.user,
+                      u == users_.end() ? Role::kViewer : u->second.role};
+  if (Status s = Authorize(
+          caller, it->second.user == caller.user ? Action::kManageOwnTokens : Action::kManageTokens,
+          target);
+      !s.ok()) {
+    // Tokens of other tenants are not even said to exist.
+    if (!CanSeeTenant(caller, target.tenant)) return NotFound("no token " + QuoteForMessage(id));
+    return s;
+  }
+  if (it->second.revoked) return it->second;
+  ApiToken revoked = it->second;
+  revoked.revoked = clock_->Now();
+  store::WriteBatch batch;
+  batch.PutToken(revoked);
+  TY_RETURN_IF_ERROR(store_->Commit(batch));
+  it->second = revoked;
+  buckets_.erase(id);
+  return revoked;
+}
+
+Status AccessControl::Record(AuditEntry entry) {
+  entry.time = clock_->Now();
+  store::WriteBatch batch;
+  batch.AppendAudit(std::move(entry));
+  return store_->Commit(batch);
+}
+
+Result<store::AuditPage> AccessControl::ListAudit(const Principal& caller, AuditFilter filter,
+                                                  int64_t after_seq, int limit) {
+  TY_RETURN_IF_ERROR(Authorize(caller, Action::kReadAudit, {filter.tenant}));
+  if (caller.role != Role::kClusterAdmin) filter.tenant = caller.tenant;
+  return store_->ListAudit(filter, after_seq, limit);
+}
+
+}  // namespace trainyard::server

@@ -1,0 +1,112 @@
+// AccessControl: who may talk to the control plane — users, their API tokens, the
+// per-token rate limit and the audit log — kept in memory and written through the
+// Store before any change is acknowledged (core/auth.h has the rules themselves).
+//
+// Authentication: "Authorization: Bearer tyt_<id>_<secret>". The token is found by
+// its id, its secret compared by SHA-256 in constant time, then checked for
+// revocation and expiry against the injected clock, then its user looked up (a
+// deleted user's tokens stop working with it). Every failure is Unauthenticated with
+// a message that never repeats the secret.
+//
+// In insecure-local mode (`trainyard server --insecure-local`, loopback only) no
+// token is asked for and every caller is the cluster admin "local".
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/auth.h"
+#include "core/status.h"
+#include "server/clock.h"
+#include "store/store.h"
+
+namespace trainyard::server {
+
+struct AccessOptions {
+  bool insecure_local = false;
+  // Token bucket per token: this many requests per second on average, bursts of
+  // `rate_burst`. 0: no limit.
+  double rate_per_second = 200;
+  double rate_burst = 400;
+};
+
+// A new token: its text is shown once and not kept anywhere.
+struct NewToken {
+  ApiToken token;
+  std::string text;
+};
+
+class AccessControl {
+ public:
+  // Loads users and tokens from `store`. `clock` outlives this object.
+  static Result<std::unique_ptr<AccessControl>> Open(store::Store* store, const Clock* clock,
+                                                     AccessOptions options);
+
+  bool insecure() const { return opt_.insecure_local; }
+
+  // The caller presenting `authorization` (the header's value; may be empty).
+  Result<Principal> Authenticate(std::string_view authorization);
+  // ResourceExhausted when `p`'s token has used up its rate; Ok otherwise.
+  Status Admit(const Principal& p);
+
+  // When no user exists yet: creates the cluster admin `name` and a token for it.
+  // nullopt when users exist already.
+  Result<std::optional<NewToken>> Bootstrap(const std::string& name);
+
+  // --- users (each checks Authorize for `caller`) ------------------------------------
+  Result<std::vector<User>> ListUsers(const Principal& caller);
+  Result<User> GetUser(const Principal& caller, const std::string& name);
+  // The user's tenant must exist (the API creates it first for a cluster admin).
+  Result<User> CreateUser(const Principal& caller, User user);
+  // Replaces role and priority classes of an existing user.
+  Result<User> UpdateUser(const Principal& caller, const std::string& name,
+                          std::optional<Role> role,
+                          std::optional<std::vector<std::string>> priority_classes);
+  Status DeleteUser(const Principal& caller, const std::string& name);
+
+  // --- tokens ------------------------------------------------------------------------
+  // For `user` (empty: the caller), valid for `ttl` (nullopt: no expiry).
+  Result<NewToken> CreateToken(const Principal& caller, const std::string& user,
+                               std::string description, std::optional<Duration> ttl);
+  // The caller's own tokens, or those of `user` when given (ascending id).
+  Result<std::vector<ApiToken>> ListTokens(const Principal& caller, const std::string& user);
+  Result<ApiToken> RevokeToken(const Principal& caller, const std::string& id);
+
+  // --- audit ----------------------------------------------------------------------------
+  // Appends one entry (seq and time are filled in here).
+  Status Record(AuditEntry entry);
+  Result<store::AuditPage> ListAudit(const Principal& caller, AuditFilter filter, int64_t after_seq,
+                                     int limit);
+
+  // The tenant of user `name`, empty for a cluster admin or an unknown user.
+  std::string TenantOf(const std::string& name);
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    Timestamp last{};
+  };
+  AccessControl(store::Store* store, const Clock* clock, AccessOptions options);
+  Status AuthorizeUserChange(const Principal& caller, const User& user);
+  Result<NewToken> MintLocked(const std::string& user, std::string description,
+                              std::optional<Duration> ttl);
+
+  store::Store* store_;
+  const Clock* clock_;
+  AccessOptions opt_;
+  std::mutex mu_;
+  std::map<std::string, User> users_;       // GUARDED_BY(mu_)
+  std::map<std::string, ApiToken> tokens_;  // GUARDED_BY(mu_), by id
+  std::map<std::string, Bucket> buckets_;   // GUARDED_BY(mu_), by token id
+};
+
+// 2*n random lower-case hex digits from the system's CSPRNG.
+std::string RandomHex(size_t n_bytes);
+
+}  // namespace trainyard::server

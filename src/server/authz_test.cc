@@ -1,0 +1,600 @@
+// The authorization matrix: every user endpoint x every role x whose object
+// (the caller's own, another user's of the same tenant, another tenant's) against the
+// expected allow/deny, through a real HTTP server with real tokens.
+//
+// The endpoints come from InstallApi's own list, and each needs a rule in kRules
+// below: a new endpoint without one fails RouteWithoutARuleFails... (the test
+// EveryUserRouteHasARule) rather than going untested.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "core/spec_codec.h"
+#include "server/api.h"
+#include "store/memory_store.h"
+
+namespace trainyard::server {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+enum class Scope { kNone, kSelf, kOwnTenant, kOtherTenant };
+
+std::string ScopeName(Scope s) {
+  switch (s) {
+    case Scope::kNone:
+      return "cluster-wide";
+    case Scope::kSelf:
+      return "own object";
+    case Scope::kOwnTenant:
+      return "same tenant, another user's";
+    case Scope::kOtherTenant:
+      return "another tenant's";
+  }
+  return "?";
+}
+
+constexpr const char* kTenant = "vision";
+constexpr const char* kOther = "nlp";
+
+struct Caller {
+  std::string name;
+  Role role;
+};
+
+const std::vector<Caller> kCallers = {{"vision-viewer", Role::kViewer},
+                                      {"vision-member", Role::kMember},
+                                      {"vision-admin", Role::kTenantAdmin},
+                                      {"admin", Role::kClusterAdmin}};
+
+struct Request {
+  std::string path;
+  std::string body;
+};
+
+class AuthzTest;
+
+struct Rule {
+  std::vector<Scope> scopes;
+  std::function<Request(AuthzTest&, const Caller&, Scope)> make;
+  std::function<bool(Role, Scope)> allow;
+};
+
+bool AtLeast(Role r, Role min) { return static_cast<int>(r) >= static_cast<int>(min); }
+
+class AuthzTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clock_.Set(Timestamp(std::chrono::hours(24 * 365 * 50)));
+    auto c = Cluster::Open(&store_, &clock_, {});
+    ASSERT_TRUE(c.ok());
+    cluster_ = std::move(*c);
+    logs_ = std::make_unique<LogStore>(::testing::TempDir() + "/authz_test_logs");
+    auto a = AccessControl::Open(&store_, &clock_, {.rate_per_second = 0});
+    ASSERT_TRUE(a.ok());
+    access_ = std::move(*a);
+    auto boot = access_->Bootstrap("admin");
+    ASSERT_TRUE(boot.ok() && boot->has_value());
+    tokens_["admin"] = (*boot)->text;
+    admin_.user = "admin";
+    admin_.role = Role::kClusterAdmin;
+    for (const char* t : {kTenant, kOther}) ASSERT_TRUE(cluster_->EnsureTenant(t, "test").ok());
+    AddUser("vision-viewer", kTenant, Role::kViewer);
+    AddUser("vision-member", kTenant, Role::kMember);
+    AddUser("vision-member2", kTenant, Role::kMember);
+    AddUser("vision-admin", kTenant, Role::kTenantAdmin);
+    AddUser("nlp-member", kOther, Role::kMember);
+    Registration node;
+    node.node.name = "node-0";
+    node.node.gpus.push_back({0, "GPU-0", "H100", 80LL << 30, ""});
+    node.node.milli_cpus = 8000;
+    node.node.memory_bytes = 64LL << 30;
+    node.simulated = true;
+    ASSERT_TRUE(cluster_->Register(node).ok());
+
+    routes_ = InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"join-secret"});
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port_, 0);
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+    // A stop() before the thread starts listening would be lost and join would hang.
+    while (!http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  }
+  void TearDown() override {
+    cluster_->Shutdown();
+    http_.stop();
+    thread_.join();
+  }
+
+  void AddUser(const std::string& name, const std::string& tenant, Role role) {
+    User u;
+    u.name = name;
+    u.tenant = tenant;
+    u.role = role;
+    ASSERT_TRUE(access_->CreateUser(admin_, u).ok()) << name;
+    auto t = access_->CreateToken(admin_, name, "", std::nullopt);
+    ASSERT_TRUE(t.ok());
+    tokens_[name] = t->text;
+  }
+
+ public:
+  // The user owning an object of `scope` for `caller`.
+  std::string Owner(const Caller& caller, Scope scope) {
+    switch (scope) {
+      case Scope::kSelf:
+        return caller.name;
+      case Scope::kOwnTenant:
+        return "vision-member2";
+      default:
+        return "nlp-member";
+    }
+  }
+  static std::string TenantOf(Scope scope) {
+    return scope == Scope::kOtherTenant ? kOther : kTenant;
+  }
+  // A new pending job of `scope` (submitted straight to the cluster, as its owner).
+  std::string NewJob(const Caller& caller, Scope scope) {
+    SpecParseResult r = ParseSpec("name: j\ncommand: [x]\nresources: {gpus: 1}\n", "t.yaml");
+    JobSpec spec = *r.spec;
+    spec.tenant = TenantOf(scope);
+    auto ids = cluster_->Submit({spec}, "user:" + Owner(caller, scope));
+    EXPECT_TRUE(ids.ok());
+    return ids.ok() ? std::to_string(ids->front()) : "0";
+  }
+  // A new user of `scope`'s tenant to change or delete.
+  std::string NewUser(Scope scope) {
+    const std::string name = "victim-" + std::to_string(++serial_);
+    User u;
+    u.name = name;
+    u.tenant = TenantOf(scope);
+    u.role = Role::kMember;
+    EXPECT_TRUE(access_->CreateUser(admin_, u).ok());
+    return name;
+  }
+  // A new token of the object owner (for the caller itself: a second one).
+  std::string NewToken(const Caller& caller, Scope scope) {
+    auto t = access_->CreateToken(admin_, Owner(caller, scope), "", std::nullopt);
+    EXPECT_TRUE(t.ok());
+    return t.ok() ? t->token.id : "";
+  }
+  std::string Fresh() { return "new-" + std::to_string(++serial_); }
+
+  int Call(const std::string& method, const std::string& token, const Request& r,
+           std::string* body = nullptr) {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    httplib::Result res =
+        method == "GET"     ? client_->Get(r.path.c_str(), h)
+        : method == "POST"  ? client_->Post(r.path.c_str(), h, r.body, "application/json")
+        : method == "PATCH" ? client_->Patch(r.path.c_str(), h, r.body, "application/json")
+                            : client_->Delete(r.path.c_str(), h);
+    if (!res) return 0;
+    if (body != nullptr) *body = res->body;
+    return res->status;
+  }
+
+  store::MemoryStore store_;
+  FakeClock clock_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<AccessControl> access_;
+  Principal admin_;
+  std::map<std::string, std::string> tokens_;  // user -> token text
+  std::vector<RouteInfo> routes_;
+  httplib::Server http_;
+  std::thread thread_;
+  int port_ = 0;
+  std::unique_ptr<httplib::Client> client_;
+  int serial_ = 0;
+};
+
+const std::vector<Scope> kCluster = {Scope::kNone};
+const std::vector<Scope> kAll = {Scope::kSelf, Scope::kOwnTenant, Scope::kOtherTenant};
+const std::vector<Scope> kTenants = {Scope::kOwnTenant, Scope::kOtherTenant};
+
+bool Anyone(Role, Scope) { return true; }
+bool AdminOnly(Role r, Scope) { return r == Role::kClusterAdmin; }
+// Reading a tenant's things: its users, and cluster admins.
+bool TenantReader(Role r, Scope s) { return r == Role::kClusterAdmin || s != Scope::kOtherTenant; }
+// Managing a job: its owner (member or above), its tenant's admin, cluster admins.
+bool JobManager(Role r, Scope s) {
+  if (r == Role::kClusterAdmin) return true;
+  if (s == Scope::kOtherTenant || r == Role::kViewer) return false;
+  return s == Scope::kSelf || r == Role::kTenantAdmin;
+}
+// Tenant-admin work: on its own tenant; cluster admins everywhere.
+bool TenantAdmin(Role r, Scope s) {
+  return r == Role::kClusterAdmin || (r == Role::kTenantAdmin && s != Scope::kOtherTenant);
+}
+// One's own things, plus what TenantAdmin allows.
+bool SelfOrTenantAdmin(Role r, Scope s) { return s == Scope::kSelf || TenantAdmin(r, s); }
+
+Rule JobRead(const std::string& suffix) {
+  return {kAll,
+          [suffix](AuthzTest& t, const Caller& c, Scope s) {
+            return Request{"/api/v1/jobs/" + t.NewJob(c, s) + suffix, ""};
+          },
+          TenantReader};
+}
+Rule JobManage(const std::string& verb, const std::string& body = "") {
+  return {kAll,
+          [verb, body](AuthzTest& t, const Caller& c, Scope s) {
+            return Request{"/api/v1/jobs/" + t.NewJob(c, s) + "/" + verb, body};
+          },
+          JobManager};
+}
+Rule ClusterRead(const std::string& path) {
+  return {kCluster, [path](AuthzTest&, const Caller&, Scope) { return Request{path, ""}; }, Anyone};
+}
+Rule NodeManage(const std::string& verb) {
+  return {kCluster,
+          [verb](AuthzTest&, const Caller&, Scope) {
+            return Request{"/api/v1/nodes/node-0/" + verb, ""};
+          },
+          AdminOnly};
+}
+
+// The one table: "METHOD pattern" -> how to call it and who may.
+const std::map<std::string, Rule>& Rules() {
+  static const auto* rules = new std::map<std::string, Rule>{
+      {"GET /api/v1/whoami", ClusterRead("/api/v1/whoami")},
+      {"POST /api/v1/jobs",
+       {kTenants,
+        [](AuthzTest&, const Caller&, Scope s) {
+          return Request{"/api/v1/jobs", "{\"name\": \"x\", \"command\": [\"x\"], \"tenant\": \"" +
+                                             AuthzTest::TenantOf(s) + "\"}"};
+        },
+        [](Role r, Scope s) {
+          return r == Role::kClusterAdmin || (r != Role::kViewer && s == Scope::kOwnTenant);
+        }}},
+      {"GET /api/v1/jobs",
+       {kTenants,
+        [](AuthzTest&, const Caller&, Scope s) {
+          return Request{"/api/v1/jobs?tenant=" + AuthzTest::TenantOf(s), ""};
+        },
+        TenantReader}},
+      {"GET /api/v1/jobs/([^/]+)", JobRead("")},
+      {"GET /api/v1/jobs/([^/]+)/events", JobRead("/events")},
+      {"GET /api/v1/jobs/([^/]+)/logs", JobRead("/logs")},
+      {"POST /api/v1/jobs/([^/]+)/cancel", JobManage("cancel")},
+      {"POST /api/v1/jobs/([^/]+)/hold", JobManage("hold")},
+      {"POST /api/v1/jobs/([^/]+)/release", JobManage("release")},
+      {"POST /api/v1/jobs/([^/]+)/checkpoint",
+       JobManage("checkpoint", R"({"path": "/ck/1", "step": 1})")},
+      {"GET /api/v1/nodes", ClusterRead("/api/v1/nodes")},
+      {"GET /api/v1/nodes/([^/]+)", ClusterRead("/api/v1/nodes/node-0")},
+      {"POST /api/v1/nodes/([^/]+)/cordon", NodeManage("cordon")},
+      {"POST /api/v1/nodes/([^/]+)/drain", NodeManage("drain")},
+      {"POST /api/v1/nodes/([^/]+)/uncordon", NodeManage("uncordon")},
+      {"GET /api/v1/queues", ClusterRead("/api/v1/queues")},
+      {"GET /api/v1/tenants", ClusterRead("/api/v1/tenants")},
+      {"GET /api/v1/priority-classes", ClusterRead("/api/v1/priority-classes")},
+      {"GET /api/v1/users",
+       {kCluster,
+        [](AuthzTest&, const Caller&, Scope) {
+          return Request{"/api/v1/users", ""};
+        },
+        [](Role r, Scope) { return AtLeast(r, Role::kTenantAdmin); }}},
+      {"POST /api/v1/users",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/users", "{\"name\": \"" + t.Fresh() + "\", \"tenant\": \"" +
+                                              AuthzTest::TenantOf(s) + "\"}"};
+        },
+        TenantAdmin}},
+      {"GET /api/v1/users/([^/]+)",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/users/" + t.Owner(c, s), ""};
+        },
+        SelfOrTenantAdmin}},
+      {"PATCH /api/v1/users/([^/]+)",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/users/" + t.NewUser(s), R"({"role": "viewer"})"};
+        },
+        TenantAdmin}},
+      {"DELETE /api/v1/users/([^/]+)",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/users/" + t.NewUser(s), ""};
+        },
+        TenantAdmin}},
+      {"GET /api/v1/tokens",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{
+              s == Scope::kSelf ? "/api/v1/tokens" : "/api/v1/tokens?user=" + t.Owner(c, s), ""};
+        },
+        SelfOrTenantAdmin}},
+      {"POST /api/v1/tokens",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/tokens",
+                         s == Scope::kSelf ? "{}" : "{\"user\": \"" + t.Owner(c, s) + "\"}"};
+        },
+        SelfOrTenantAdmin}},
+      {"DELETE /api/v1/tokens/([^/]+)",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/tokens/" + t.NewToken(c, s), ""};
+        },
+        SelfOrTenantAdmin}},
+      {"GET /api/v1/audit",
+       {kTenants,
+        [](AuthzTest&, const Caller&, Scope s) {
+          return Request{"/api/v1/audit?tenant=" + AuthzTest::TenantOf(s), ""};
+        },
+        TenantAdmin}},
+  };
+  return *rules;
+}
+
+std::string Error(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  return j.is_object() && j.contains("error") ? j["error"].get<std::string>() : body;
+}
+
+std::string Key(const RouteInfo& r) { return r.method + " " + r.pattern; }
+
+TEST_F(AuthzTest, EveryUserRouteHasARuleAndEveryRuleARoute) {
+  std::set<std::string> keys;
+  for (const RouteInfo& r : routes_) {
+    if (r.access != RouteAccess::kUser) continue;
+    keys.insert(Key(r));
+    EXPECT_TRUE(Rules().contains(Key(r)))
+        << Key(r) << " has no rule in the authorization matrix (authz_test.cc, Rules())";
+  }
+  for (const auto& [key, rule] : Rules()) {
+    EXPECT_TRUE(keys.contains(key)) << "rule for " << key << " names no user route";
+  }
+}
+
+TEST_F(AuthzTest, Matrix) {
+  int cases = 0;
+  for (const RouteInfo& route : routes_) {
+    if (route.access != RouteAccess::kUser) continue;
+    auto it = Rules().find(Key(route));
+    if (it == Rules().end()) continue;  // reported by the test above
+    const Rule& rule = it->second;
+    for (const Caller& caller : kCallers) {
+      for (Scope scope : rule.scopes) {
+        if (route.method == "DELETE" && route.pattern.find("/users/") != std::string::npos &&
+            scope == Scope::kSelf) {
+          continue;
+        }
+        const Request req = rule.make(*this, caller, scope);
+        std::string body;
+        const int status = Call(route.method, tokens_[caller.name], req, &body);
+        const bool allowed = status != 401 && status != 403 && status != 404 && status != 0;
+        const bool expect = rule.allow(caller.role, scope);
+        EXPECT_EQ(allowed, expect)
+            << Key(route) << " as " << caller.name << " (" << RoleName(caller.role) << ") on "
+            << ScopeName(scope) << ": " << route.method << " " << req.path << " -> " << status
+            << " " << body;
+        if (!expect) {
+          EXPECT_THAT(body,
+                      ::testing::AnyOf(HasSubstr("may not"), HasSubstr("no "), HasSubstr("needs")))
+              << Key(route) << ": a denial says why";
+        }
+        ++cases;
+      }
+    }
+    // Without a token, and with a malformed one: 401, whoever the object belongs to.
+    const Request req = rule.make(*this, kCallers[3], rule.scopes.front());
+    EXPECT_EQ(Call(route.method, "", req), 401) << Key(route);
+    EXPECT_EQ(Call(route.method, "tyt_nope", req), 401) << Key(route);
+  }
+  EXPECT_GT(cases, 200);
+}
+
+TEST_F(AuthzTest, PublicAndAgentRoutesAreKeptApart) {
+  for (const RouteInfo& r : routes_) {
+    std::string body;
+    if (r.access == RouteAccess::kPublic) {
+      EXPECT_EQ(Call(r.method, "", {r.pattern, ""}), 200) << Key(r);
+    } else if (r.access == RouteAccess::kAgent) {
+      // A user's token, even a cluster admin's, is not a join token.
+      EXPECT_EQ(Call(r.method, tokens_["admin"], {r.pattern, "{}"}, &body), 401) << Key(r);
+      EXPECT_EQ(Call(r.method, "", {r.pattern, "{}"}), 401) << Key(r);
+      EXPECT_NE(Call(r.method, "join-secret", {r.pattern, "{}"}), 401) << Key(r);
+    }
+  }
+  // And the join token is not a user token.
+  EXPECT_EQ(Call("GET", "join-secret", {"/api/v1/jobs", ""}), 401);
+}
+
+TEST_F(AuthzTest, RevokedAndExpiredTokensAreRefusedWithAClearMessage) {
+  auto t = access_->CreateToken(admin_, "vision-member", "laptop", Duration(60'000));
+  ASSERT_TRUE(t.ok());
+  std::string body;
+  EXPECT_EQ(Call("GET", t->text, {"/api/v1/whoami", ""}, &body), 200) << body;
+  EXPECT_THAT(body, HasSubstr("vision-member"));
+  clock_.Advance(Duration(60'000));
+  EXPECT_EQ(Call("GET", t->text, {"/api/v1/whoami", ""}, &body), 401);
+  EXPECT_THAT(body, HasSubstr("expired"));
+
+  auto u = access_->CreateToken(admin_, "vision-member", "ci", std::nullopt);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(Call("DELETE", tokens_["vision-member"], {"/api/v1/tokens/" + u->token.id, ""}), 200);
+  EXPECT_EQ(Call("GET", u->text, {"/api/v1/whoami", ""}, &body), 401);
+  EXPECT_THAT(body, HasSubstr("revoked"));
+  EXPECT_THAT(body, ::testing::Not(HasSubstr(u->text.substr(17))));
+
+  // A wrong secret for a real id reads like an unknown token.
+  std::string forged = u->text;
+  forged.back() = forged.back() == '0' ? '1' : '0';
+  EXPECT_EQ(Call("GET", forged, {"/api/v1/whoami", ""}, &body), 401);
+  EXPECT_THAT(body, HasSubstr("not valid"));
+
+  // Deleting a user ends its tokens.
+  auto v = access_->CreateToken(admin_, "vision-member2", "", std::nullopt);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(Call("DELETE", tokens_["admin"], {"/api/v1/users/vision-member2", ""}), 200);
+  EXPECT_EQ(Call("GET", v->text, {"/api/v1/whoami", ""}), 401);
+}
+
+TEST_F(AuthzTest, TokensAreStoredHashedAndShownOnce) {
+  std::string body;
+  ASSERT_EQ(
+      Call("POST", tokens_["vision-member"], {"/api/v1/tokens", R"({"expires_in": "30d"})"}, &body),
+      201)
+      << body;
+  const json created = json::parse(body);
+  const std::string text = created["token"];
+  ASSERT_TRUE(ParseTokenText(text).ok());
+  auto stored = store_.ListTokens();
+  ASSERT_TRUE(stored.ok());
+  bool found = false;
+  for (const ApiToken& t : *stored) {
+    if (t.id != created["id"]) continue;
+    found = true;
+    EXPECT_EQ(t.secret_hash, Sha256Hex(ParseTokenText(text)->secret));
+    EXPECT_EQ(t.expires, clock_.Now() + Duration(30LL * 24 * 3600 * 1000));
+  }
+  EXPECT_TRUE(found);
+  ASSERT_EQ(Call("GET", tokens_["vision-member"], {"/api/v1/tokens", ""}, &body), 200);
+  EXPECT_THAT(body, ::testing::Not(HasSubstr(ParseTokenText(text)->secret)));
+  EXPECT_THAT(body, ::testing::Not(HasSubstr("secret_hash")));
+}
+
+TEST_F(AuthzTest, MembersSubmitToTheirTenantAndOnlyGrantedPriorityClasses) {
+  std::string body;
+  ASSERT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"]})"}, &body),
+            201)
+      << body;
+  const int64_t id = json::parse(body)["id"];
+  auto job = cluster_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job.spec.tenant, kTenant);  // the caller's, not "default"
+  EXPECT_EQ(job->job.submitted_by, "user:vision-member");
+
+  EXPECT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"], "priority": "p0"})"}, &body),
+            403);
+  EXPECT_THAT(Error(body), HasSubstr("priority class \"p0\""));
+  // A new queue is a cluster admin's to make.
+  EXPECT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"], "queue": "mine"})"}, &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("has no queue \"mine\""));
+
+  Principal admin = admin_;
+  ASSERT_TRUE(
+      access_->UpdateUser(admin, "vision-member", std::nullopt, std::vector<std::string>{"p0"})
+          .ok());
+  EXPECT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"], "priority": "p0"})"}, &body),
+            201)
+      << body;
+}
+
+TEST_F(AuthzTest, ListingsShowOnlyTheCallersTenant) {
+  const std::string mine = NewJob(kCallers[1], Scope::kSelf);
+  const std::string theirs = NewJob(kCallers[1], Scope::kOtherTenant);
+  std::string body;
+  ASSERT_EQ(Call("GET", tokens_["vision-viewer"], {"/api/v1/jobs", ""}, &body), 200) << body;
+  std::set<std::string> ids;
+  const json page = json::parse(body);
+  for (const auto& j : page.at("jobs")) ids.insert(std::to_string(j.at("id").get<int64_t>()));
+  EXPECT_TRUE(ids.contains(mine)) << mine << " " << body;
+  EXPECT_FALSE(ids.contains(theirs));
+  ASSERT_EQ(Call("GET", tokens_["admin"], {"/api/v1/jobs", ""}, &body), 200);
+  ids.clear();
+  const json all = json::parse(body);
+  for (const auto& j : all.at("jobs")) ids.insert(std::to_string(j.at("id").get<int64_t>()));
+  EXPECT_TRUE(ids.contains(mine));
+  EXPECT_TRUE(ids.contains(theirs));
+}
+
+TEST_F(AuthzTest, ChangesAndRefusalsAreAudited) {
+  const std::string theirs = NewJob(kCallers[1], Scope::kOtherTenant);
+  EXPECT_EQ(Call("POST", tokens_["vision-member"], {"/api/v1/jobs/" + theirs + "/cancel", ""}),
+            403);
+  const std::string mine = NewJob(kCallers[1], Scope::kSelf);
+  EXPECT_EQ(Call("POST", tokens_["vision-member"], {"/api/v1/jobs/" + mine + "/cancel", ""}), 200);
+  EXPECT_EQ(Call("POST", "", {"/api/v1/jobs/" + mine + "/hold", ""}), 401);
+  std::string body;
+  ASSERT_EQ(Call("GET", tokens_["admin"], {"/api/v1/audit?limit=100", ""}, &body), 200) << body;
+  const json entries = json::parse(body)["entries"];
+  ASSERT_EQ(entries.size(), 3u) << body;
+  EXPECT_EQ(entries[0]["actor"], "user:vision-member");
+  EXPECT_EQ(entries[0]["object"], "job/" + theirs);
+  EXPECT_EQ(entries[0]["tenant"], kOther);
+  EXPECT_EQ(entries[0]["status"], 403);
+  EXPECT_THAT(entries[0]["message"].get<std::string>(), HasSubstr("may not"));
+  EXPECT_THAT(entries[0]["source"].get<std::string>(), HasSubstr("127.0.0.1:"));
+  EXPECT_EQ(entries[1]["status"], 200);
+  EXPECT_EQ(entries[1]["action"], "POST /api/v1/jobs/" + mine + "/cancel");
+  EXPECT_EQ(entries[2]["actor"], "anonymous");
+  EXPECT_EQ(entries[2]["status"], 401);
+  // A tenant admin sees its tenant's entries only.
+  ASSERT_EQ(Call("GET", tokens_["vision-admin"], {"/api/v1/audit", ""}, &body), 200) << body;
+  const json tenant_entries = json::parse(body)["entries"];
+  for (const auto& e : tenant_entries) EXPECT_EQ(e["tenant"], kTenant);
+  EXPECT_EQ(json::parse(body)["entries"].size(), 1u);
+}
+
+TEST_F(AuthzTest, BadUserAndTokenRequestsNameTheField) {
+  std::string body;
+  EXPECT_EQ(Call("POST", tokens_["admin"], {"/api/v1/users", R"({"name": "Bad Name"})"}, &body),
+            400);
+  EXPECT_THAT(body, HasSubstr("user name"));
+  EXPECT_EQ(Call("POST", tokens_["admin"],
+                 {"/api/v1/users", R"({"name": "x", "tenant": "t", "role": "god"})"}, &body),
+            400);
+  EXPECT_THAT(body, HasSubstr("valid: viewer, member, tenant-admin, cluster-admin"));
+  EXPECT_EQ(
+      Call("POST", tokens_["admin"], {"/api/v1/users", R"({"name": "x", "rol": "viewer"})"}, &body),
+      400);
+  EXPECT_THAT(Error(body), HasSubstr("unknown field \"rol\""));
+  EXPECT_EQ(Call("POST", tokens_["admin"], {"/api/v1/tokens", R"({"expires_in": "-5s"})"}, &body),
+            400);
+  EXPECT_THAT(body, HasSubstr("token.expires_in"));
+  EXPECT_EQ(Call("POST", tokens_["admin"], {"/api/v1/tokens", R"({"user": "ghost"})"}, &body), 404);
+  EXPECT_EQ(Call("DELETE", tokens_["admin"], {"/api/v1/users/admin", ""}, &body), 409);
+  EXPECT_THAT(body, HasSubstr("last cluster-admin"));
+  // Tenant admins cannot make cluster admins, nor raise themselves to one.
+  EXPECT_EQ(Call("POST", tokens_["vision-admin"],
+                 {"/api/v1/users", R"({"name": "boss", "role": "cluster-admin"})"}, &body),
+            403);
+  EXPECT_EQ(Call("PATCH", tokens_["vision-admin"],
+                 {"/api/v1/users/vision-admin", R"({"role": "cluster-admin"})"}, &body),
+            403);
+  EXPECT_EQ(Call("PATCH", tokens_["vision-admin"],
+                 {"/api/v1/users/vision-member", R"({"priority_classes": ["p0"]})"}, &body),
+            403);
+  // Nothing of it was stored.
+  auto users = store_.ListUsers();
+  ASSERT_TRUE(users.ok());
+  EXPECT_EQ(users->size(), 6u);
+}
+
+TEST(AccessRateLimitTest, ATokenOverItsRateIsToldToSlowDown) {
+  store::MemoryStore store;
+  FakeClock clock;
+  auto a = AccessControl::Open(&store, &clock, {.rate_per_second = 10, .rate_burst = 20});
+  ASSERT_TRUE(a.ok());
+  Principal p;
+  p.user = "x";
+  p.token_id = "0123456789ab";
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE((*a)->Admit(p).ok()) << i;
+  Status s = (*a)->Admit(p);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("rate limit"));
+  clock.Advance(Duration(100));  // one more request's worth
+  EXPECT_TRUE((*a)->Admit(p).ok());
+  EXPECT_FALSE((*a)->Admit(p).ok());
+  Principal other = p;
+  other.token_id = "ba9876543210";
+  EXPECT_TRUE((*a)->Admit(other).ok());
+}
+
+}  // namespace
+}  // namespace trainyard::server
