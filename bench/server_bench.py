@@ -46,6 +46,7 @@ SLURM_PEER = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "peers", 
 UNFINISHED = "Pending,Admitted,Starting,Running,Preempting,Lost"
 
 _children = []  # Popen objects still to stop
+_tokens = {}  # "host:port" -> the admin API token the server wrote to its data dir
 
 
 def stop(p, sig=signal.SIGTERM, grace=15):
@@ -72,6 +73,9 @@ def connect(url):
 
 def call(conn, method, path, body=None, ctype="application/json"):
     headers = {"Content-Type": ctype} if body is not None else {}
+    token = _tokens.get(f"{conn.host}:{conn.port}")
+    if token:
+        headers["Authorization"] = "Bearer " + token
     conn.request(method, path, body, headers)
     resp = conn.getresponse()
     data = resp.read()
@@ -81,6 +85,14 @@ def call(conn, method, path, body=None, ctype="application/json"):
 def pct(values, p):
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def no_rate_limit(trainyard):
+    """The submit and list benches drive one token from many connections: without its
+    per-token rate limit (200/s by default), on servers that have one."""
+    help_text = subprocess.run([trainyard, "server", "--help"], capture_output=True,
+                               text=True).stdout
+    return ["--rate-limit", "0"] if "--rate-limit" in help_text else []
 
 
 def start(trainyard, args, data_dir, log):
@@ -98,6 +110,10 @@ def start(trainyard, args, data_dir, log):
         if os.path.exists(url_file) and os.path.getsize(url_file) > 0:
             with open(url_file) as f:
                 url = f.read().strip()
+            token_file = os.path.join(data_dir, "token")
+            if os.path.exists(token_file):
+                with open(token_file) as f:
+                    _tokens[urllib.parse.urlsplit(url).netloc] = f.read().strip()
             try:
                 if call(connect(url), "GET", "/api/v1/healthz")[0] == 200:
                     return p, url
@@ -154,7 +170,8 @@ def _submit_worker(url, threads, count, tag, go, out):
 
 
 def bench_submit(trainyard, work, clients, jobs):
-    p, url = start(trainyard, ["server"], f"{work}/submit", f"{work}/submit.log")
+    p, url = start(trainyard, ["server"] + no_rate_limit(trainyard), f"{work}/submit",
+                   f"{work}/submit.log")
     try:
         ctx = multiprocessing.get_context("fork")
         # A short warm-up, then the measured burst.
@@ -190,7 +207,8 @@ def bench_submit(trainyard, work, clients, jobs):
 # --- list --------------------------------------------------------------------------------
 
 def bench_list(trainyard, work, jobs):
-    p, url = start(trainyard, ["server"], f"{work}/list", f"{work}/list.log")
+    p, url = start(trainyard, ["server"] + no_rate_limit(trainyard), f"{work}/list",
+                   f"{work}/list.log")
     try:
         conn = connect(url)
         spec = json.dumps({"name": "listed", "resources": {"gpus": 1}, "command": ["/bin/true"]})
@@ -265,7 +283,8 @@ def run_trainyard_jobs(trainyard, url, spec_file, n):
     subprocess.run(["/bin/bash", "-c",
                     'for i in $(seq 1 "$1"); do "$2" submit "$3" --server "$4" -o json >/dev/null '
                     '|| echo "submit $i failed" >&2; done', "submit-loop", str(n), trainyard,
-                    spec_file, url], check=True)
+                    spec_file, url], check=True,
+                   env={**os.environ, "TRAINYARD_TOKEN": _tokens.get(urllib.parse.urlsplit(url).netloc, "")})
     t1 = time.monotonic()
     wait_all_finished(url)
     t2 = time.monotonic()

@@ -87,7 +87,8 @@ class Api {
                           : method == "DELETE" ? client_->Delete(path.c_str())
                           : method == "PATCH"
                               ? client_->Patch(path.c_str(), body, "application/json")
-                              : client_->Post(path.c_str(), body, "application/yaml");
+                          : method == "PUT" ? client_->Put(path.c_str(), body, "application/json")
+                                            : client_->Post(path.c_str(), body, "application/yaml");
     if (!res) {
       return Failure{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())};
     }
@@ -534,7 +535,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     CLI::App* cmd =
         app.add_subcommand("queues", "List queues: guaranteed, limit, in use, borrowed, pending");
     AddCommon(cmd, *c, true);
-    cmd->callback([c, &exit_code, &out, &err] {
+    cmd->callback([cmd, c, &exit_code, &out, &err] {
+      if (!cmd->get_subcommands().empty()) return;
       exit_code = WithApi(*c, err, "queues", [&](Api& api) -> std::optional<Failure> {
         TY_CALL(res, api.Call("GET", "/api/v1/queues"));
         if (c->output == "json") {
@@ -549,6 +551,125 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
                           Str(q, "running_jobs"), Str(q, "pending_jobs")});
         }
         Table(out, rows);
+        return std::nullopt;
+      });
+    });
+    // "TENANT/QUEUE" -> the API path of that queue.
+    auto queue_path = [](const std::string& text) -> std::variant<std::string, Failure> {
+      const size_t slash = text.find('/');
+      if (slash == std::string::npos || slash == 0 || slash + 1 == text.size() ||
+          text.find('/', slash + 1) != std::string::npos) {
+        return Failure{"expected TENANT/QUEUE (e.g. vision/train), got \"" + text + "\"",
+                       kExitUsage};
+      }
+      return "/api/v1/queues/" + httplib::detail::encode_query_param(text.substr(0, slash)) + "/" +
+             httplib::detail::encode_query_param(text.substr(slash + 1));
+    };
+    struct F {
+      Common c;
+      std::string queue, parent;
+      int64_t guaranteed = 0, limit = 0;
+      double weight = 1.0;
+    };
+    auto sf = std::make_shared<F>();
+    CLI::App* set = cmd->add_subcommand(
+        "set",
+        "Create or change a queue within its tenant's quota (tenant-admin of the tenant, "
+        "cluster-admin); options not given take their defaults");
+    AddCommon(set, sf->c, true);
+    set->add_option("queue", sf->queue, "TENANT/QUEUE")->required();
+    set->add_option("--guaranteed", sf->guaranteed, "GPUs guaranteed to the queue")->required();
+    set->add_option("--limit", sf->limit, "The most GPUs the queue may use, borrowing included")
+        ->required();
+    set->add_option("--weight", sf->weight, "Share of contested capacity (default 1)");
+    set->add_option("--parent", sf->parent, "Parent queue in the same tenant (default: none)");
+    set->callback([sf, queue_path, &exit_code, &out, &err] {
+      exit_code = WithApi(sf->c, err, "queues set", [&](Api& api) -> std::optional<Failure> {
+        auto path = queue_path(sf->queue);
+        if (auto* f = std::get_if<Failure>(&path)) return *f;
+        json body = {
+            {"guaranteed_gpus", sf->guaranteed}, {"limit_gpus", sf->limit}, {"weight", sf->weight}};
+        if (!sf->parent.empty()) body["parent"] = sf->parent;
+        TY_CALL(res, api.Call("PUT", std::get<std::string>(path), body.dump()));
+        if (sf->c.output == "json") {
+          out << res.dump() << "\n";
+        } else {
+          out << "queue " << Str(res, "tenant") << "/" << Str(res, "name") << ": guaranteed "
+              << Str(res, "guaranteed_gpus") << ", limit " << Str(res, "limit_gpus") << ", weight "
+              << Str(res, "weight")
+              << (Str(res, "parent").empty() ? "" : ", parent " + Str(res, "parent")) << "\n";
+        }
+        return std::nullopt;
+      });
+    });
+    auto df = std::make_shared<F>();
+    CLI::App* del =
+        cmd->add_subcommand("delete", "Delete a queue with no unfinished jobs and no child queues");
+    AddCommon(del, df->c, false);
+    del->add_option("queue", df->queue, "TENANT/QUEUE")->required();
+    del->callback([df, queue_path, &exit_code, &out, &err] {
+      exit_code = WithApi(df->c, err, "queues delete", [&](Api& api) -> std::optional<Failure> {
+        auto path = queue_path(df->queue);
+        if (auto* f = std::get_if<Failure>(&path)) return *f;
+        TY_CALL(res, api.Call("DELETE", std::get<std::string>(path)));
+        out << "deleted queue " << df->queue << "\n";
+        return std::nullopt;
+      });
+    });
+  }
+  // --- tenants ---
+  {
+    struct F {
+      Common c;
+      std::string name;
+      int64_t guaranteed = 0, limit = 0;
+    };
+    auto lf = std::make_shared<F>();
+    CLI::App* tenants =
+        app.add_subcommand("tenants", "List tenants and their quotas; set a quota (cluster-admin)");
+    AddCommon(tenants, lf->c, true);
+    auto print_tenants = [&out](const Common& c, const json& list) {
+      if (c.output == "json") {
+        out << list.dump() << "\n";
+        return;
+      }
+      std::vector<std::vector<std::string>> rows = {
+          {"TENANT", "GUARANTEED", "LIMIT-PER-QUEUE", "DESCRIPTION"}};
+      for (const auto& t : list) {
+        rows.push_back({Str(t, "name"), Str(t, "guaranteed_gpus"), Str(t, "limit_gpus"),
+                        Str(t, "description")});
+      }
+      Table(out, rows);
+    };
+    tenants->callback([tenants, lf, print_tenants, &exit_code, &err] {
+      if (!tenants->get_subcommands().empty()) return;
+      exit_code = WithApi(lf->c, err, "tenants", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(res, api.Call("GET", "/api/v1/tenants"));
+        print_tenants(lf->c, res["tenants"]);
+        return std::nullopt;
+      });
+    });
+    auto qf = std::make_shared<F>();
+    CLI::App* quota = tenants->add_subcommand(
+        "quota",
+        "Set a tenant's quota, creating the tenant if new (cluster-admin); its queues' "
+        "limits above --limit are lowered to it");
+    AddCommon(quota, qf->c, true);
+    quota->add_option("tenant", qf->name, "Tenant name")->required();
+    quota
+        ->add_option("--guaranteed", qf->guaranteed,
+                     "The most GPUs its queues' guarantees may add up to")
+        ->required();
+    quota->add_option("--limit", qf->limit, "The most GPUs any one of its queues' limit may be")
+        ->required();
+    quota->callback([qf, print_tenants, &exit_code, &err] {
+      exit_code = WithApi(qf->c, err, "tenants quota", [&](Api& api) -> std::optional<Failure> {
+        json body = {{"guaranteed_gpus", qf->guaranteed}, {"limit_gpus", qf->limit}};
+        TY_CALL(res, api.Call("PUT",
+                              "/api/v1/tenants/" + httplib::detail::encode_query_param(qf->name) +
+                                  "/quota",
+                              body.dump()));
+        print_tenants(qf->c, json::array({res}));
         return std::nullopt;
       });
     });

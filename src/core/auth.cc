@@ -185,6 +185,10 @@ std::string_view ActionName(Action a) {
       return "manage-tokens";
     case Action::kReadAudit:
       return "read-audit";
+    case Action::kManageTenants:
+      return "manage-tenants";
+    case Action::kManageQueues:
+      return "manage-queues";
   }
   return "unknown";
 }
@@ -220,7 +224,12 @@ Status Authorize(const Principal& p, Action action, const Target& target) {
       if (p.role == Role::kTenantAdmin || target.owner == p.user) return Status::Ok();
       return deny("to have submitted the job, or role tenant-admin");
     case Action::kManageNodes:
+    case Action::kManageTenants:
       return deny("role cluster-admin");
+    case Action::kManageQueues:
+      if (p.role != Role::kTenantAdmin) return deny("role tenant-admin or cluster-admin");
+      if (!own_tenant) return deny("to be a tenant-admin of that tenant or a cluster-admin");
+      return Status::Ok();
     case Action::kReadUsers:
     case Action::kReadAudit:
       if (p.role != Role::kTenantAdmin) return deny("role tenant-admin or cluster-admin");

@@ -7,8 +7,10 @@
 //   member        + submits jobs to its tenant's queues and manages (cancel, hold,
 //                 release, checkpoint) the jobs it submitted;
 //   tenant-admin  + manages every job of its tenant, its tenant's users and tokens,
-//                 reads its tenant's audit entries;
-//   cluster-admin everything: nodes (cordon, drain), every tenant, every user.
+//                 its tenant's queues (within the tenant's quota), reads its tenant's
+//                 audit entries;
+//   cluster-admin everything: nodes (cordon, drain), every tenant and its quota,
+//                 every user.
 // Priority classes above the default class ("normal") are usable only by users
 // granted them by name (User::priority_classes) and by cluster admins.
 //
@@ -137,6 +139,8 @@ enum class Action {
   kManageOwnTokens,  // create, list, revoke one's own tokens
   kManageTokens,     // tokens of other users
   kReadAudit,
+  kManageTenants,  // create tenants, set their quota (cluster-admin only)
+  kManageQueues,   // create, change, delete a tenant's queues (its tenant-admin)
 };
 std::string_view ActionName(Action a);
 

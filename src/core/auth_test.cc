@@ -156,11 +156,32 @@ TEST(AuthTest, ViewersOnlyRead) {
   EXPECT_FALSE(Authorize(v, Action::kManageOwnTokens, {"vision", "bob"}).ok());
 }
 
+TEST(AuthTest, TenantAdminsManageTheirQueuesButNeverATenantsQuota) {
+  const Principal ta = P("tina", "vision", Role::kTenantAdmin);
+  EXPECT_TRUE(Authorize(ta, Action::kManageQueues, {"vision"}).ok());
+  Status other = Authorize(ta, Action::kManageQueues, {"nlp"});
+  EXPECT_EQ(other.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(other.message().find("manage-queues in tenant \"nlp\""), std::string::npos)
+      << other.message();
+  // Its own tenant's quota is the cluster admin's to set.
+  Status quota = Authorize(ta, Action::kManageTenants, {"vision"});
+  EXPECT_EQ(quota.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(quota.message().find("needs role cluster-admin"), std::string::npos) << quota.message();
+  for (Role r : {Role::kViewer, Role::kMember}) {
+    const Principal u = P("u", "vision", r);
+    EXPECT_FALSE(Authorize(u, Action::kManageQueues, {"vision"}).ok()) << RoleName(r);
+    EXPECT_FALSE(Authorize(u, Action::kManageTenants, {"vision"}).ok()) << RoleName(r);
+  }
+  EXPECT_EQ(ActionName(Action::kManageQueues), "manage-queues");
+  EXPECT_EQ(ActionName(Action::kManageTenants), "manage-tenants");
+}
+
 TEST(AuthTest, ClusterAdminsMayDoEverything) {
   const Principal root = P("root", "", Role::kClusterAdmin);
-  for (Action a : {Action::kReadCluster, Action::kReadJobs, Action::kSubmitJobs, Action::kManageJob,
-                   Action::kManageNodes, Action::kReadUsers, Action::kManageUsers,
-                   Action::kManageOwnTokens, Action::kManageTokens, Action::kReadAudit}) {
+  for (Action a :
+       {Action::kReadCluster, Action::kReadJobs, Action::kSubmitJobs, Action::kManageJob,
+        Action::kManageNodes, Action::kReadUsers, Action::kManageUsers, Action::kManageOwnTokens,
+        Action::kManageTokens, Action::kReadAudit, Action::kManageTenants, Action::kManageQueues}) {
     EXPECT_TRUE(Authorize(root, a, {"nlp", "carol", Role::kClusterAdmin}).ok()) << ActionName(a);
   }
   EXPECT_TRUE(CanSeeTenant(root, "anything"));

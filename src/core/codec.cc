@@ -417,6 +417,13 @@ Result<Tenant> TenantFromJsonOrThrow(const json& v) {
   Tenant t;
   TY_RETURN_IF_ERROR(r.String("name", t.name));
   TY_RETURN_IF_ERROR(r.String("description", t.description));
+  // Documents stored before quotas existed have none: the defaults (unbounded).
+  if (r.OptionalField("guaranteed_gpus") != nullptr) {
+    TY_RETURN_IF_ERROR(r.Int64("guaranteed_gpus", t.guaranteed_gpus));
+  }
+  if (r.OptionalField("limit_gpus") != nullptr) {
+    TY_RETURN_IF_ERROR(r.Int64("limit_gpus", t.limit_gpus));
+  }
   return t;
 }
 
@@ -536,6 +543,8 @@ ojson ToJson(const Tenant& tenant) {
   ojson j = ojson::object();
   j["name"] = tenant.name;
   j["description"] = tenant.description;
+  j["guaranteed_gpus"] = tenant.guaranteed_gpus;
+  j["limit_gpus"] = tenant.limit_gpus;
   return j;
 }
 

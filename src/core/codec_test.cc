@@ -260,7 +260,7 @@ TEST(CodecTest, NodeErrorsNameThePath) {
 }
 
 TEST(CodecTest, TenancyRoundTrips) {
-  Tenant t{"research", "the research org"};
+  Tenant t{"research", "the research org", 48, 32};
   Queue q{"vision", "research", "root", 16, 64, 2.5};
   PriorityClass p{"production", 500, false};
   Result<Tenant> t2 = TenantFromJson(ThroughText(ToJson(t)));
@@ -292,6 +292,26 @@ TEST(CodecTest, TenancyErrors) {
   t["description"] = nullptr;
   EXPECT_EQ(TenantFromJson(t).status().message(),
             "tenant.description: expected a string, got null");
+  t["description"] = "b";
+  t["limit_gpus"] = "many";
+  EXPECT_EQ(TenantFromJson(t).status().message(),
+            "tenant.limit_gpus: expected an integer, got string \"many\"");
+}
+
+TEST(CodecTest, TenantStoredBeforeQuotasDecodesUnbounded) {
+  // A document written before tenants had a quota.
+  Result<Tenant> t = TenantFromJson(json::parse(R"({"name": "vision", "description": "d"})"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*t, (Tenant{"vision", "d", kMaxQueueGpus, kMaxQueueGpus}));
+  EXPECT_TRUE(ValidateTenant(*t).ok());
+}
+
+TEST(CodecTest, TenantQuotaIsValidated) {
+  EXPECT_TRUE(ValidateTenant(Tenant{"vision", "", 0, 0}).ok());
+  EXPECT_EQ(ValidateTenant(Tenant{"vision", "", -1, 8}).message(),
+            "tenant.guaranteed_gpus: must be between 0 and 10000000, got -1");
+  EXPECT_EQ(ValidateTenant(Tenant{"vision", "", 8, kMaxQueueGpus + 1}).message(),
+            "tenant.limit_gpus: must be between 0 and 10000000, got 10000001");
 }
 
 User TestUser() {

@@ -5,12 +5,25 @@
 #include "core/names.h"
 
 namespace trainyard {
+namespace {
+
+Status CheckGpuRange(std::string_view field, int64_t v) {
+  if (v < 0 || v > kMaxQueueGpus) {
+    return InvalidArgument(std::string(field) + ": must be between 0 and " +
+                           std::to_string(kMaxQueueGpus) + ", got " + std::to_string(v));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ValidateTenant(const Tenant& t) {
   TY_RETURN_IF_ERROR(ValidateName("tenant.name", t.name));
   if (t.description.size() > 1024) {
     return InvalidArgument("tenant.description: must be at most 1024 characters");
   }
+  TY_RETURN_IF_ERROR(CheckGpuRange("tenant.guaranteed_gpus", t.guaranteed_gpus));
+  TY_RETURN_IF_ERROR(CheckGpuRange("tenant.limit_gpus", t.limit_gpus));
   return Status::Ok();
 }
 
@@ -22,15 +35,8 @@ Status ValidateQueue(const Queue& q) {
     if (q.parent == q.name)
       return InvalidArgument("queue.parent: a queue cannot be its own parent");
   }
-  auto range = [](std::string_view field, int64_t v) -> Status {
-    if (v < 0 || v > kMaxQueueGpus) {
-      return InvalidArgument(std::string(field) + ": must be between 0 and " +
-                             std::to_string(kMaxQueueGpus) + ", got " + std::to_string(v));
-    }
-    return Status::Ok();
-  };
-  TY_RETURN_IF_ERROR(range("queue.guaranteed_gpus", q.guaranteed_gpus));
-  TY_RETURN_IF_ERROR(range("queue.limit_gpus", q.limit_gpus));
+  TY_RETURN_IF_ERROR(CheckGpuRange("queue.guaranteed_gpus", q.guaranteed_gpus));
+  TY_RETURN_IF_ERROR(CheckGpuRange("queue.limit_gpus", q.limit_gpus));
   if (q.limit_gpus < q.guaranteed_gpus) {
     return InvalidArgument("queue.limit_gpus: must be >= guaranteed_gpus (" +
                            std::to_string(q.guaranteed_gpus) + "), got " +

@@ -5,6 +5,10 @@
 // (the ceiling including what it borrows from others' idle guarantees) and a weight
 // for fair sharing beyond guarantees. A priority class orders jobs and says whether
 // its jobs may be preempted.
+//
+// A tenant's quota, set by a cluster admin, bounds what its tenant admins may give
+// its queues: their guarantees add up to at most Tenant::guaranteed_gpus, and no
+// queue's limit exceeds Tenant::limit_gpus.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +19,16 @@
 
 namespace trainyard {
 
+inline constexpr int64_t kMaxQueueGpus = 10'000'000;
+
 struct Tenant {
   std::string name;
   std::string description;
+  // The quota: the most its queues' guarantees may add up to, and the most any one
+  // of its queues' limit may be. The defaults leave a tenant unbounded (as tenants
+  // stored before quotas existed are).
+  int64_t guaranteed_gpus = kMaxQueueGpus;
+  int64_t limit_gpus = kMaxQueueGpus;
 
   bool operator==(const Tenant&) const = default;
 };
@@ -40,8 +51,6 @@ struct PriorityClass {
 
   bool operator==(const PriorityClass&) const = default;
 };
-
-inline constexpr int64_t kMaxQueueGpus = 10'000'000;
 
 Status ValidateTenant(const Tenant& t);
 Status ValidateQueue(const Queue& q);

@@ -85,9 +85,22 @@ Result<Principal> AccessControl::Authenticate(std::string_view authorization) {
 
 Status AccessControl::Admit(const Principal& p) {
   if (opt_.rate_per_second <= 0 || p.token_id.empty()) return Status::Ok();
-  const Timestamp now = clock_->Now();
   std::lock_guard lk(mu_);
-  auto [it, fresh] = buckets_.try_emplace(p.token_id, Bucket{opt_.rate_burst, now});
+  return TakeLocked(buckets_, p.token_id, "token " + p.token_id);
+}
+
+Status AccessControl::AdmitUnauthenticated(const std::string& address) {
+  if (opt_.rate_per_second <= 0) return Status::Ok();
+  std::lock_guard lk(mu_);
+  // Addresses come and go; a full table starts afresh rather than growing.
+  if (anonymous_.size() >= 100'000) anonymous_.clear();
+  return TakeLocked(anonymous_, address, "unauthenticated requests from " + address);
+}
+
+Status AccessControl::TakeLocked(std::map<std::string, Bucket>& buckets, const std::string& key,
+                                 const std::string& who) {
+  const Timestamp now = clock_->Now();
+  auto [it, fresh] = buckets.try_emplace(key, Bucket{opt_.rate_burst, now});
   Bucket& b = it->second;
   if (!fresh) {
     const double elapsed_s = std::chrono::duration<double>(now - b.last).count();
@@ -99,8 +112,7 @@ Status AccessControl::Admit(const Principal& p) {
     char rate[64];
     std::snprintf(rate, sizeof rate, "%g requests/s (bursts of %g)", opt_.rate_per_second,
                   opt_.rate_burst);
-    return ResourceExhausted("rate limit: token " + p.token_id + " may make " + rate +
-                             "; slow down and retry");
+    return ResourceExhausted("rate limit: " + who + " may make " + rate + "; slow down and retry");
   }
   b.tokens -= 1;
   return Status::Ok();
@@ -321,10 +333,32 @@ Result<ApiToken> AccessControl::RevokeToken(const Principal& caller, const std::
 }
 
 Status AccessControl::Record(AuditEntry entry) {
-  entry.time = clock_->Now();
-  store::WriteBatch batch;
-  batch.AppendAudit(std::move(entry));
-  return store_->Commit(batch);
+  AuditWait me;
+  me.entry = std::move(entry);
+  me.entry.time = clock_->Now();
+  std::unique_lock lk(audit_mu_);
+  audit_queue_.push_back(&me);
+  while (!me.done) {
+    if (audit_leader_) {
+      audit_cv_.wait(lk);
+      continue;
+    }
+    audit_leader_ = true;
+    std::vector<AuditWait*> group;
+    group.swap(audit_queue_);
+    lk.unlock();
+    store::WriteBatch batch;
+    for (AuditWait* w : group) batch.AppendAudit(w->entry);
+    const Status s = store_->Commit(batch);
+    lk.lock();
+    for (AuditWait* w : group) {
+      w->result = s;
+      w->done = true;
+    }
+    audit_leader_ = false;
+    audit_cv_.notify_all();
+  }
+  return me.result;
 }
 
 Result<store::AuditPage> AccessControl::ListAudit(const Principal& caller, AuditFilter filter,

@@ -14,6 +14,7 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,9 @@ class AccessControl {
   Result<Principal> Authenticate(std::string_view authorization);
   // ResourceExhausted when `p`'s token has used up its rate; Ok otherwise.
   Status Admit(const Principal& p);
+  // The same for requests that failed authentication, per client address (the same
+  // rate as one token), so that they cannot flood the audit log.
+  Status AdmitUnauthenticated(const std::string& address);
 
   // When no user exists yet: creates the cluster admin `name` and a token for it.
   // nullopt when users exist already.
@@ -79,7 +83,9 @@ class AccessControl {
   Result<ApiToken> RevokeToken(const Principal& caller, const std::string& id);
 
   // --- audit ----------------------------------------------------------------------------
-  // Appends one entry (seq and time are filled in here).
+  // Appends one entry (seq and time are filled in here) and returns once it is
+  // committed. Concurrent calls share one transaction (group commit), so auditing
+  // every write costs one store commit per burst, not one per request.
   Status Record(AuditEntry entry);
   Result<store::AuditPage> ListAudit(const Principal& caller, AuditFilter filter, int64_t after_seq,
                                      int limit);
@@ -101,9 +107,24 @@ class AccessControl {
   const Clock* clock_;
   AccessOptions opt_;
   std::mutex mu_;
-  std::map<std::string, User> users_;       // GUARDED_BY(mu_)
-  std::map<std::string, ApiToken> tokens_;  // GUARDED_BY(mu_), by id
-  std::map<std::string, Bucket> buckets_;   // GUARDED_BY(mu_), by token id
+  std::map<std::string, User> users_;        // GUARDED_BY(mu_)
+  std::map<std::string, ApiToken> tokens_;   // GUARDED_BY(mu_), by id
+  std::map<std::string, Bucket> buckets_;    // GUARDED_BY(mu_), by token id
+  std::map<std::string, Bucket> anonymous_;  // GUARDED_BY(mu_), by client address
+
+  // Audit group commit: entries wait in `audit_queue_`; the first waiter with no
+  // leader commits everything queued and wakes the rest.
+  struct AuditWait {
+    AuditEntry entry;
+    Status result;
+    bool done = false;
+  };
+  std::mutex audit_mu_;
+  std::condition_variable audit_cv_;
+  std::vector<AuditWait*> audit_queue_;  // GUARDED_BY(audit_mu_)
+  bool audit_leader_ = false;            // GUARDED_BY(audit_mu_)
+  Status TakeLocked(std::map<std::string, Bucket>& buckets, const std::string& key,
+                    const std::string& who);
 };
 
 // 2*n random lower-case hex digits from the system's CSPRNG.

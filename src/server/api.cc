@@ -64,6 +64,20 @@ Status CheckParams(const Params& p, std::initializer_list<std::string_view> know
   return Status::Ok();
 }
 
+// Unknown body fields are errors too, for the same reason.
+Status CheckBodyKeys(const json& j, const char* what,
+                     std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : j.items()) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string valid;
+      for (auto n : known) valid += (valid.empty() ? "" : ", ") + std::string(n);
+      return InvalidArgument(std::string(what) + ": unknown field " + QuoteForMessage(k) +
+                             "; valid: " + valid);
+    }
+  }
+  return Status::Ok();
+}
+
 ordered_json Placement(const std::vector<sched::Placement>& placement) {
   ordered_json a = ordered_json::array();
   for (const auto& p : placement) a.push_back({{"node", p.node}, {"gpus", p.gpus}});
@@ -273,6 +287,64 @@ Result<CheckpointReport> ParseCheckpoint(std::string_view body) {
   return r;
 }
 
+namespace {
+
+// An integer field of a JSON body; nullopt when absent or null.
+Result<std::optional<int64_t>> IntField(const json& j, std::string_view what, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::optional<int64_t>();
+  if (!it->is_number_integer()) {
+    return InvalidArgument(std::string(what) + "." + key + ": expected an integer, got " +
+                           it->dump());
+  }
+  return std::optional<int64_t>(it->get<int64_t>());
+}
+
+// The two GPU counts both bodies carry, both required.
+Status ReadGpuCounts(const json& j, std::string_view what, int64_t& guaranteed, int64_t& limit) {
+  for (auto [key, out] :
+       {std::pair{"guaranteed_gpus", &guaranteed}, std::pair{"limit_gpus", &limit}}) {
+    TY_ASSIGN_OR_RETURN(std::optional<int64_t> v, IntField(j, what, key));
+    if (!v) return InvalidArgument(std::string(what) + "." + key + ": required, an integer");
+    *out = *v;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TenantQuota> ParseTenantQuota(std::string_view body) {
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "tenant"));
+  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "tenant", {"guaranteed_gpus", "limit_gpus"}));
+  TenantQuota q;
+  TY_RETURN_IF_ERROR(ReadGpuCounts(j, "tenant", q.guaranteed_gpus, q.limit_gpus));
+  return q;
+}
+
+Result<Queue> ParseQueue(std::string_view body, const std::string& tenant,
+                         const std::string& name) {
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "queue"));
+  TY_RETURN_IF_ERROR(
+      CheckBodyKeys(j, "queue", {"guaranteed_gpus", "limit_gpus", "weight", "parent"}));
+  Queue q;
+  q.tenant = tenant;
+  q.name = name;
+  TY_RETURN_IF_ERROR(ReadGpuCounts(j, "queue", q.guaranteed_gpus, q.limit_gpus));
+  if (auto w = j.find("weight"); w != j.end() && !w->is_null()) {
+    if (!w->is_number()) {
+      return InvalidArgument("queue.weight: expected a number, got " + w->dump());
+    }
+    q.weight = w->get<double>();
+  }
+  if (auto p = j.find("parent"); p != j.end() && !p->is_null()) {
+    if (!p->is_string())
+      return InvalidArgument("queue.parent: expected a string, got " + p->dump());
+    q.parent = p->get<std::string>();
+  }
+  TY_RETURN_IF_ERROR(ValidateQueue(q));
+  return q;
+}
+
 ordered_json RenderJobSummary(const Job& job) {
   ordered_json j = ToJson(job);
   ordered_json out = ordered_json::object();
@@ -332,6 +404,8 @@ ordered_json RenderNode(const NodeView& v) {
   j["jobs"] = v.jobs;
   return j;
 }
+
+ordered_json RenderTenant(const Tenant& t) { return ToJson(t); }
 
 ordered_json RenderQueue(const QueueView& v) {
   ordered_json j = ToJson(v.queue);
@@ -505,19 +579,6 @@ Result<std::optional<std::vector<std::string>>> StringListField(const json& j, c
   return std::optional<std::vector<std::string>>(std::move(out));
 }
 
-Status CheckBodyKeys(const json& j, const char* what,
-                     std::initializer_list<std::string_view> known) {
-  for (const auto& [k, v] : j.items()) {
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      std::string valid;
-      for (auto n : known) valid += (valid.empty() ? "" : ", ") + std::string(n);
-      return InvalidArgument(std::string(what) + ": unknown field " + QuoteForMessage(k) +
-                             "; valid: " + valid);
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
@@ -555,6 +616,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
       http.Post(pattern, std::move(h));
     } else if (method == "PATCH") {
       http.Patch(pattern, std::move(h));
+    } else if (method == "PUT") {
+      http.Put(pattern, std::move(h));
     } else {
       http.Delete(pattern, std::move(h));
     }
@@ -576,6 +639,10 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
         } else {
           handler(req, res, call);
         }
+      } else if (Status s = access.AdmitUnauthenticated(req.remote_addr); !s.ok()) {
+        // Past its rate a client that cannot authenticate is not audited either.
+        res.set_header("Retry-After", "1");
+        return SendJson(res, 429, {{"error", s.message()}});
       } else {
         SendError(res, p.status());
       }
@@ -794,16 +861,28 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
        });
 
   // --- nodes, queues, tenants, priority classes ---
-  user("GET", "/nodes", Action::kReadCluster, [&cluster](const Request&, Response& res, Call&) {
-    ordered_json nodes = ordered_json::array();
-    for (const NodeView& n : cluster.ListNodes()) nodes.push_back(RenderNode(n));
-    SendJson(res, 200, {{"nodes", std::move(nodes)}});
-  });
+  // A node shows every caller its GPUs, but only the jobs the caller may see.
+  auto visible_node = [](const NodeView& n, const Principal& who) {
+    ordered_json j = RenderNode(n);
+    if (who.role == Role::kClusterAdmin) return j;
+    ordered_json jobs = ordered_json::array();
+    for (size_t i = 0; i < n.jobs.size() && i < n.job_tenants.size(); ++i) {
+      if (CanSeeTenant(who, n.job_tenants[i])) jobs.push_back(n.jobs[i]);
+    }
+    j["jobs"] = std::move(jobs);
+    return j;
+  };
+  user("GET", "/nodes", Action::kReadCluster,
+       [&cluster, visible_node](const Request&, Response& res, Call& call) {
+         ordered_json nodes = ordered_json::array();
+         for (const NodeView& n : cluster.ListNodes()) nodes.push_back(visible_node(n, call.who));
+         SendJson(res, 200, {{"nodes", std::move(nodes)}});
+       });
   user("GET", R"(/nodes/([^/]+))", Action::kReadCluster,
-       [&cluster](const Request& req, Response& res, Call&) {
+       [&cluster, visible_node](const Request& req, Response& res, Call& call) {
          auto n = cluster.GetNode(req.matches[1].str());
          if (!n.ok()) return SendError(res, n.status());
-         SendJson(res, 200, RenderNode(*n));
+         SendJson(res, 200, visible_node(*n, call.who));
        });
   for (const auto& action :
        std::vector<std::pair<std::string, NodeState>>{{"cordon", NodeState::kCordoned},
@@ -832,9 +911,58 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   });
   user("GET", "/tenants", Action::kReadCluster, [&cluster](const Request&, Response& res, Call&) {
     ordered_json tenants = ordered_json::array();
-    for (const Tenant& t : cluster.ListTenants()) tenants.push_back(ToJson(t));
+    for (const Tenant& t : cluster.ListTenants()) tenants.push_back(RenderTenant(t));
     SendJson(res, 200, {{"tenants", std::move(tenants)}});
   });
+  // A tenant's quota is a cluster admin's to set; its queues, within that quota, its
+  // tenant admins' too.
+  user("PUT", R"(/tenants/([^/]+)/quota)", Action::kManageTenants,
+       [&cluster](const Request& req, Response& res, Call& call) {
+         const std::string name = req.matches[1].str();
+         call.object = "tenant/" + name.substr(0, 63);
+         call.tenant = name.substr(0, 63);
+         if (Status s = Authorize(call.who, Action::kManageTenants, {name}); !s.ok()) {
+           return SendError(res, s);
+         }
+         if (Status s = ValidateName("tenant", name); !s.ok()) return SendError(res, s);
+         auto quota = ParseTenantQuota(req.body);
+         if (!quota.ok()) return SendError(res, quota.status());
+         auto t = cluster.SetTenantQuota(name, quota->guaranteed_gpus, quota->limit_gpus,
+                                         call.who.Actor());
+         if (!t.ok()) return SendError(res, t.status());
+         SendJson(res, 200, RenderTenant(*t));
+       });
+  // The queue a request names, if the caller may manage its tenant's queues.
+  auto managed_queue = [](const Request& req, Call& call) -> Status {
+    const std::string tenant = req.matches[1].str(), name = req.matches[2].str();
+    call.object = "queue/" + tenant.substr(0, 63) + "/" + name.substr(0, 63);
+    call.tenant = tenant.substr(0, 63);
+    TY_RETURN_IF_ERROR(Authorize(call.who, Action::kManageQueues, {tenant}));
+    TY_RETURN_IF_ERROR(ValidateName("tenant", tenant));
+    return ValidateName("queue", name);
+  };
+  user("PUT", R"(/queues/([^/]+)/([^/]+))", Action::kManageQueues,
+       [&cluster, managed_queue](const Request& req, Response& res, Call& call) {
+         if (Status s = managed_queue(req, call); !s.ok()) return SendError(res, s);
+         auto q = ParseQueue(req.body, req.matches[1].str(), req.matches[2].str());
+         if (!q.ok()) return SendError(res, q.status());
+         bool existed = false;
+         for (const QueueView& v : cluster.ListQueues()) {
+           existed = existed || (v.queue.tenant == q->tenant && v.queue.name == q->name);
+         }
+         auto put = cluster.PutQueue(*q, call.who.Actor());
+         if (!put.ok()) return SendError(res, put.status());
+         SendJson(res, existed ? 200 : 201, ToJson(*put));
+       });
+  user("DELETE", R"(/queues/([^/]+)/([^/]+))", Action::kManageQueues,
+       [&cluster, managed_queue](const Request& req, Response& res, Call& call) {
+         if (Status s = managed_queue(req, call); !s.ok()) return SendError(res, s);
+         const std::string tenant = req.matches[1].str(), name = req.matches[2].str();
+         if (Status s = cluster.DeleteQueue(tenant, name, call.who.Actor()); !s.ok()) {
+           return SendError(res, s);
+         }
+         SendJson(res, 200, {{"deleted", tenant + "/" + name}});
+       });
   user("GET", "/priority-classes", Action::kReadCluster,
        [&cluster](const Request&, Response& res, Call&) {
          ordered_json classes = ordered_json::array();

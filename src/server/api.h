@@ -56,12 +56,22 @@ Result<SubmitRequestParams> ParseSubmit(std::string_view body, const Params& par
 Result<ListJobsRequest> ParseListJobs(const Params& params);
 Result<JobId> ParseJobId(std::string_view text);
 Result<CheckpointReport> ParseCheckpoint(std::string_view body);
+// PUT /tenants/{name}/quota body: {"guaranteed_gpus", "limit_gpus"}, both required.
+struct TenantQuota {
+  int64_t guaranteed_gpus = 0;
+  int64_t limit_gpus = 0;
+};
+Result<TenantQuota> ParseTenantQuota(std::string_view body);
+// PUT /queues/{tenant}/{name} body: {"guaranteed_gpus", "limit_gpus"} (required),
+// "weight" (1), "parent" (none). The whole queue: omitted fields take their defaults.
+Result<Queue> ParseQueue(std::string_view body, const std::string& tenant, const std::string& name);
 
 // The job as people see it: the values of its spec's secret_env are "<redacted>".
 nlohmann::ordered_json RenderJob(const JobView& view);
 nlohmann::ordered_json RenderJobSummary(const Job& job);
 nlohmann::ordered_json RenderNode(const NodeView& view);
 nlohmann::ordered_json RenderQueue(const QueueView& view);
+nlohmann::ordered_json RenderTenant(const Tenant& tenant);
 
 struct ApiOptions {
   std::string join_token;  // agents must send it as a Bearer token

@@ -70,6 +70,42 @@ TEST(ParseCheckpointTest, WriteTimesAreBounded) {
   EXPECT_FALSE(ParseCheckpoint(R"({"path": "/ck/1", "duration_ms": "5"})").ok());
 }
 
+TEST(ParseQueueTest, TheWholeQueueWithDefaultsAndNamedErrors) {
+  auto q = ParseQueue(R"({"guaranteed_gpus": 2, "limit_gpus": 8})", "vision", "train");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(*q, (Queue{"train", "vision", "", 2, 8, 1.0}));
+  q = ParseQueue(R"({"guaranteed_gpus": 2, "limit_gpus": 8, "weight": 2.5, "parent": "all"})",
+                 "vision", "train");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(*q, (Queue{"train", "vision", "all", 2, 8, 2.5}));
+  EXPECT_THAT(ParseQueue(R"({"limit_gpus": 8})", "vision", "train").status().message(),
+              HasSubstr("queue.guaranteed_gpus: required"));
+  EXPECT_THAT(
+      ParseQueue(R"({"guaranteed_gpus": 1.5, "limit_gpus": 8})", "v", "t").status().message(),
+      HasSubstr("queue.guaranteed_gpus: expected an integer, got 1.5"));
+  EXPECT_THAT(ParseQueue(R"({"guaranteed_gpus": 1, "limit_gpus": 8, "parent": 3})", "v", "t")
+                  .status()
+                  .message(),
+              HasSubstr("queue.parent: expected a string"));
+  EXPECT_THAT(ParseQueue(R"({"guaranteed_gpus": 1, "limit_gpus": 8, "wieght": 3})", "v", "t")
+                  .status()
+                  .message(),
+              HasSubstr("queue: unknown field \"wieght\""));
+  EXPECT_THAT(ParseQueue("nope", "v", "t").status().message(), HasSubstr("not valid JSON"));
+}
+
+TEST(ParseTenantQuotaTest, BothCountsRequired) {
+  auto q = ParseTenantQuota(R"({"guaranteed_gpus": 16, "limit_gpus": 32})");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->guaranteed_gpus, 16);
+  EXPECT_EQ(q->limit_gpus, 32);
+  EXPECT_THAT(ParseTenantQuota(R"({"guaranteed_gpus": 16})").status().message(),
+              HasSubstr("tenant.limit_gpus: required"));
+  EXPECT_THAT(
+      ParseTenantQuota(R"({"guaranteed_gpus": 1, "limit_gpus": 2, "x": 1})").status().message(),
+      HasSubstr("tenant: unknown field \"x\"; valid: guaranteed_gpus, limit_gpus"));
+}
+
 TEST(DecodeBase64Test, RoundTrips) {
   EXPECT_EQ(*DecodeBase64("aGVsbG8="), "hello");
   EXPECT_EQ(*DecodeBase64("aGVsbG8h"), "hello!");

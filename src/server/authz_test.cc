@@ -163,6 +163,12 @@ class AuthzTest : public ::testing::Test {
     return t.ok() ? t->token.id : "";
   }
   std::string Fresh() { return "new-" + std::to_string(++serial_); }
+  // A new empty queue of `scope`'s tenant, to change or delete.
+  std::string NewQueue(Scope scope) {
+    const std::string name = Fresh();
+    EXPECT_TRUE(cluster_->PutQueue(Queue{name, TenantOf(scope), "", 1, 2, 1.0}, "test").ok());
+    return TenantOf(scope) + "/" + name;
+  }
 
   int Call(const std::string& method, const std::string& token, const Request& r,
            std::string* body = nullptr) {
@@ -172,6 +178,7 @@ class AuthzTest : public ::testing::Test {
         method == "GET"     ? client_->Get(r.path.c_str(), h)
         : method == "POST"  ? client_->Post(r.path.c_str(), h, r.body, "application/json")
         : method == "PATCH" ? client_->Patch(r.path.c_str(), h, r.body, "application/json")
+        : method == "PUT"   ? client_->Put(r.path.c_str(), h, r.body, "application/json")
                             : client_->Delete(r.path.c_str(), h);
     if (!res) return 0;
     if (body != nullptr) *body = res->body;
@@ -274,6 +281,26 @@ const std::map<std::string, Rule>& Rules() {
       {"GET /api/v1/queues", ClusterRead("/api/v1/queues")},
       {"GET /api/v1/tenants", ClusterRead("/api/v1/tenants")},
       {"GET /api/v1/priority-classes", ClusterRead("/api/v1/priority-classes")},
+      {"PUT /api/v1/tenants/([^/]+)/quota",
+       {kTenants,
+        [](AuthzTest&, const Caller&, Scope s) {
+          return Request{"/api/v1/tenants/" + AuthzTest::TenantOf(s) + "/quota",
+                         R"({"guaranteed_gpus": 1000, "limit_gpus": 1000})"};
+        },
+        AdminOnly}},
+      {"PUT /api/v1/queues/([^/]+)/([^/]+)",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/queues/" + AuthzTest::TenantOf(s) + "/" + t.Fresh(),
+                         R"({"guaranteed_gpus": 1, "limit_gpus": 4, "weight": 2})"};
+        },
+        TenantAdmin}},
+      {"DELETE /api/v1/queues/([^/]+)/([^/]+)",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/queues/" + t.NewQueue(s), ""};
+        },
+        TenantAdmin}},
       {"GET /api/v1/users",
        {kCluster,
         [](AuthzTest&, const Caller&, Scope) {
@@ -513,6 +540,198 @@ TEST_F(AuthzTest, ListingsShowOnlyTheCallersTenant) {
   EXPECT_TRUE(ids.contains(theirs));
 }
 
+TEST_F(AuthzTest, NodesShowOnlyTheJobsTheCallerMaySee) {
+  const std::string theirs = NewJob(kCallers[1], Scope::kOtherTenant);
+  auto pass = cluster_->SchedulePass();
+  ASSERT_TRUE(pass.ok());
+  ASSERT_EQ(pass->binds, 1);
+  std::string body;
+  ASSERT_EQ(Call("GET", tokens_["admin"], {"/api/v1/nodes/node-0", ""}, &body), 200);
+  EXPECT_EQ(json::parse(body)["jobs"], json::array({std::stoll(theirs)})) << body;
+  ASSERT_EQ(Call("GET", tokens_["vision-viewer"], {"/api/v1/nodes/node-0", ""}, &body), 200);
+  EXPECT_EQ(json::parse(body)["jobs"], json::array()) << body;
+  EXPECT_EQ(json::parse(body)["gpus_used"], 1) << body;
+  ASSERT_EQ(Call("GET", tokens_["vision-viewer"], {"/api/v1/nodes", ""}, &body), 200);
+  EXPECT_EQ(json::parse(body)["nodes"][0]["jobs"], json::array()) << body;
+}
+
+// Queues of this test's tenant, from the cluster.
+std::map<std::string, Queue> QueuesOf(Cluster& cluster, const std::string& tenant) {
+  std::map<std::string, Queue> out;
+  for (const QueueView& v : cluster.ListQueues()) {
+    if (v.queue.tenant == tenant) out[v.queue.name] = v.queue;
+  }
+  return out;
+}
+
+TEST_F(AuthzTest, TenantAdminsManageTheirQueuesWithinTheQuotaAClusterAdminSets) {
+  std::string body;
+  // The cluster admin gives vision 8 guaranteed GPUs, at most 16 per queue.
+  ASSERT_EQ(
+      Call("PUT", tokens_["admin"],
+           {"/api/v1/tenants/vision/quota", R"({"guaranteed_gpus": 8, "limit_gpus": 16})"}, &body),
+      200)
+      << body;
+  EXPECT_EQ(json::parse(body)["guaranteed_gpus"], 8);
+  // The default queue's unbounded limit came down to the tenant's.
+  EXPECT_EQ(QueuesOf(*cluster_, kTenant).at("default").limit_gpus, 16);
+  ASSERT_EQ(Call("GET", tokens_["vision-viewer"], {"/api/v1/tenants", ""}, &body), 200);
+  bool shown = false;
+  const json listed = json::parse(body);
+  for (const auto& t : listed["tenants"]) {
+    if (t["name"] != kTenant) continue;
+    shown = true;
+    EXPECT_EQ(t["guaranteed_gpus"], 8) << body;
+    EXPECT_EQ(t["limit_gpus"], 16) << body;
+  }
+  EXPECT_TRUE(shown) << body;
+
+  // Its tenant admin makes a queue within it (201), then changes it (200).
+  ASSERT_EQ(
+      Call("PUT", tokens_["vision-admin"],
+           {"/api/v1/queues/vision/train", R"({"guaranteed_gpus": 6, "limit_gpus": 12})"}, &body),
+      201)
+      << body;
+  EXPECT_EQ(json::parse(body)["limit_gpus"], 12);
+  ASSERT_EQ(Call("PUT", tokens_["vision-admin"],
+                 {"/api/v1/queues/vision/train",
+                  R"({"guaranteed_gpus": 5, "limit_gpus": 12, "weight": 3})"},
+                 &body),
+            200)
+      << body;
+  EXPECT_EQ(QueuesOf(*cluster_, kTenant).at("train"), (Queue{"train", kTenant, "", 5, 12, 3.0}));
+  // A child queue: its parent must exist.
+  EXPECT_EQ(Call("PUT", tokens_["vision-admin"],
+                 {"/api/v1/queues/vision/eval",
+                  R"({"guaranteed_gpus": 1, "limit_gpus": 4, "parent": "ghost"})"},
+                 &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("queue.parent"));
+  ASSERT_EQ(Call("PUT", tokens_["vision-admin"],
+                 {"/api/v1/queues/vision/eval",
+                  R"({"guaranteed_gpus": 1, "limit_gpus": 4, "parent": "train"})"},
+                 &body),
+            201)
+      << body;
+
+  // Beyond the tenant's guarantee: refused, naming the numbers; nothing stored.
+  EXPECT_EQ(
+      Call("PUT", tokens_["vision-admin"],
+           {"/api/v1/queues/vision/big", R"({"guaranteed_gpus": 3, "limit_gpus": 4})"}, &body),
+      409);
+  EXPECT_THAT(Error(body), HasSubstr("guaranteed_gpus 3 plus the 6 GPUs"));
+  EXPECT_THAT(Error(body), HasSubstr("guaranteed_gpus of 8; at most 2 is left"));
+  // Beyond the tenant's limit per queue.
+  EXPECT_EQ(
+      Call("PUT", tokens_["vision-admin"],
+           {"/api/v1/queues/vision/big", R"({"guaranteed_gpus": 0, "limit_gpus": 17})"}, &body),
+      409);
+  EXPECT_THAT(Error(body), HasSubstr("limit_gpus 17 is above tenant \"vision\"'s limit of 16"));
+  EXPECT_FALSE(QueuesOf(*cluster_, kTenant).contains("big"));
+  auto stored = store_.ListQueues();
+  ASSERT_TRUE(stored.ok());
+  for (const Queue& q : *stored) EXPECT_NE(q.name, "big");
+
+  // Members make no queues; a tenant admin cannot raise its own tenant's quota.
+  EXPECT_EQ(
+      Call("PUT", tokens_["vision-member"],
+           {"/api/v1/queues/vision/mine", R"({"guaranteed_gpus": 0, "limit_gpus": 1})"}, &body),
+      403);
+  EXPECT_THAT(Error(body), HasSubstr("may not manage-queues"));
+  EXPECT_EQ(
+      Call("PUT", tokens_["vision-admin"],
+           {"/api/v1/tenants/vision/quota", R"({"guaranteed_gpus": 99, "limit_gpus": 99})"}, &body),
+      403);
+  EXPECT_THAT(Error(body), HasSubstr("needs role cluster-admin"));
+  for (const Tenant& t : cluster_->ListTenants()) {
+    if (t.name == kTenant) {
+      EXPECT_EQ(t.guaranteed_gpus, 8);
+    }
+  }
+
+  // Lowering the quota below what the queues hold is refused.
+  EXPECT_EQ(
+      Call("PUT", tokens_["admin"],
+           {"/api/v1/tenants/vision/quota", R"({"guaranteed_gpus": 5, "limit_gpus": 16})"}, &body),
+      409);
+  EXPECT_THAT(Error(body), HasSubstr("guaranteed_gpus 5 is below the 6 GPUs"));
+
+  // Deleting: not while it has a child queue or unfinished jobs.
+  EXPECT_EQ(Call("DELETE", tokens_["vision-admin"], {"/api/v1/queues/vision/train", ""}, &body),
+            409);
+  EXPECT_THAT(Error(body), HasSubstr("child queues (eval)"));
+  SpecParseResult r = ParseSpec("name: j\ncommand: [x]\nqueue: eval\n", "t.yaml");
+  JobSpec spec = *r.spec;
+  spec.tenant = kTenant;
+  auto ids = cluster_->Submit({spec}, "user:vision-member");
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  EXPECT_EQ(Call("DELETE", tokens_["vision-admin"], {"/api/v1/queues/vision/eval", ""}, &body),
+            409);
+  EXPECT_THAT(Error(body), HasSubstr("1 unfinished job(s) (" + std::to_string(ids->front())));
+  ASSERT_TRUE(cluster_->Cancel(ids->front(), "test").ok());
+  EXPECT_EQ(Call("DELETE", tokens_["vision-admin"], {"/api/v1/queues/vision/eval", ""}, &body), 200)
+      << body;
+  EXPECT_EQ(Call("DELETE", tokens_["vision-admin"], {"/api/v1/queues/vision/eval", ""}, &body),
+            404);
+  EXPECT_FALSE(QueuesOf(*cluster_, kTenant).contains("eval"));
+}
+
+TEST_F(AuthzTest, BadQueueAndQuotaBodiesNameTheField) {
+  std::string body;
+  const std::string admin = tokens_["admin"];
+  EXPECT_EQ(Call("PUT", admin, {"/api/v1/queues/vision/q", R"({"guaranteed_gpus": 1})"}, &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("queue.limit_gpus: required"));
+  EXPECT_EQ(Call("PUT", admin, {"/api/v1/queues/vision/q", R"({"guaranteed_gpus": 1, "limit": 2})"},
+                 &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("unknown field \"limit\""));
+  EXPECT_EQ(
+      Call("PUT", admin,
+           {"/api/v1/queues/vision/q", R"({"guaranteed_gpus": "1", "limit_gpus": 2})"}, &body),
+      400);
+  EXPECT_THAT(Error(body), HasSubstr("queue.guaranteed_gpus: expected an integer"));
+  EXPECT_EQ(Call("PUT", admin,
+                 {"/api/v1/queues/vision/q", R"({"guaranteed_gpus": 4, "limit_gpus": 2})"}, &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("queue.limit_gpus: must be >= guaranteed_gpus (4)"));
+  EXPECT_EQ(
+      Call("PUT", admin,
+           {"/api/v1/queues/vision/q", R"({"guaranteed_gpus": 1, "limit_gpus": 2, "weight": 0})"},
+           &body),
+      400);
+  EXPECT_THAT(Error(body), HasSubstr("queue.weight"));
+  EXPECT_EQ(Call("PUT", admin, {"/api/v1/queues/Vision/q", R"({})"}, &body), 400);
+  EXPECT_EQ(Call("PUT", admin,
+                 {"/api/v1/queues/ghost/q", R"({"guaranteed_gpus": 0, "limit_gpus": 1})"}, &body),
+            404);
+  EXPECT_THAT(Error(body), HasSubstr("tenant \"ghost\" does not exist"));
+  EXPECT_EQ(Call("PUT", admin, {"/api/v1/tenants/vision/quota", R"({"guaranteed_gpus": -1,
+                 "limit_gpus": 2})"},
+                 &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("tenant.guaranteed_gpus: must be between 0"));
+  EXPECT_EQ(Call("PUT", admin, {"/api/v1/tenants/vision/quota", "[]"}, &body), 400);
+  // A quota for a tenant that does not exist yet creates it, with its default queue.
+  ASSERT_EQ(
+      Call("PUT", admin,
+           {"/api/v1/tenants/speech/quota", R"({"guaranteed_gpus": 4, "limit_gpus": 8})"}, &body),
+      200)
+      << body;
+  EXPECT_EQ(QueuesOf(*cluster_, "speech").at("default"),
+            (Queue{"default", "speech", "", 0, 8, 1.0}));
+  auto tenants = store_.ListTenants();
+  ASSERT_TRUE(tenants.ok());
+  bool found = false;
+  for (const Tenant& t : *tenants) {
+    if (t.name != "speech") continue;
+    found = true;
+    EXPECT_EQ(t.guaranteed_gpus, 4);
+    EXPECT_EQ(t.limit_gpus, 8);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST_F(AuthzTest, ChangesAndRefusalsAreAudited) {
   const std::string theirs = NewJob(kCallers[1], Scope::kOtherTenant);
   EXPECT_EQ(Call("POST", tokens_["vision-member"], {"/api/v1/jobs/" + theirs + "/cancel", ""}),
@@ -594,6 +813,12 @@ TEST(AccessRateLimitTest, ATokenOverItsRateIsToldToSlowDown) {
   Principal other = p;
   other.token_id = "ba9876543210";
   EXPECT_TRUE((*a)->Admit(other).ok());
+  // Requests without a valid token are limited per client address.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE((*a)->AdmitUnauthenticated("10.0.0.1").ok()) << i;
+  Status anon = (*a)->AdmitUnauthenticated("10.0.0.1");
+  EXPECT_EQ(anon.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(anon.message(), HasSubstr("10.0.0.1"));
+  EXPECT_TRUE((*a)->AdmitUnauthenticated("10.0.0.2").ok());
 }
 
 }  // namespace

@@ -245,6 +245,10 @@ class Cluster::Impl {
   std::vector<QueueView> ListQueues();
   std::vector<Tenant> ListTenants();
   std::vector<PriorityClass> ListPriorityClasses();
+  Result<Tenant> SetTenantQuota(const std::string& name, int64_t guaranteed, int64_t limit,
+                                const std::string& actor);
+  Result<Queue> PutQueue(const Queue& queue);
+  Status DeleteQueue(const std::string& tenant, const std::string& name);
 
   // Agents.
   Result<RegisterReply> Register(const Registration& registration);
@@ -370,6 +374,10 @@ class Cluster::Impl {
   std::vector<sched::PendingJob> last_pending_;                 // GUARDED_BY(pass_mu_)
   std::vector<std::shared_ptr<const PendingView>> last_views_;  // GUARDED_BY(pass_mu_)
 
+  // Serialises changes of tenants and queues (quota checks, EnsureTenant, and each
+  // submission group from its check of the queues to the end of its commit, which
+  // runs outside mu_). Taken before mu_.
+  std::mutex tenancy_mu_;
   std::mutex mu_;
   std::condition_variable cv_;              // the loop's WaitForWork (dirty_, shutdown_)
   bool dirty_ = true;                       // GUARDED_BY(mu_)
@@ -602,6 +610,9 @@ Result<JobId> Cluster::Impl::TakeJobIds(int64_t n) {
 }
 
 void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
+  // Queues checked below must not be deleted (nor tenants re-created) before the
+  // commit.
+  std::lock_guard tenancy(tenancy_mu_);
   const Timestamp now = clock_->Now();
   // Check each request against the tenancy as it is now; the rejected ones get
   // their error and take no part in the commit.
@@ -793,6 +804,7 @@ Result<store::EventPage> Cluster::Impl::ListEvents(JobId id, int64_t after_seq, 
 
 Status Cluster::Impl::EnsureTenant(const std::string& name, const std::string& actor) {
   TY_RETURN_IF_ERROR(ValidateTenant(Tenant{name, ""}));
+  std::lock_guard tenancy(tenancy_mu_);
   std::lock_guard lk(mu_);
   if (tenants_.contains(name)) return Status::Ok();
   const Tenant tenant{name, "created by " + actor};
@@ -935,7 +947,10 @@ std::vector<NodeView> Cluster::Impl::ListNodes() {
       auto it = views.find(p.node);
       if (it == views.end()) continue;
       it->second.gpus_used += static_cast<int64_t>(p.gpus.size());
-      if (it->second.jobs.empty() || it->second.jobs.back() != id) it->second.jobs.push_back(id);
+      if (it->second.jobs.empty() || it->second.jobs.back() != id) {
+        it->second.jobs.push_back(id);
+        it->second.job_tenants.push_back(e.job.spec.tenant);
+      }
     }
   }
   std::vector<NodeView> out;
@@ -1032,6 +1047,139 @@ std::vector<Tenant> Cluster::Impl::ListTenants() {
   std::vector<Tenant> out;
   for (const auto& [n, t] : tenants_) out.push_back(t);
   return out;
+}
+
+namespace {
+
+std::string QueueKey(const std::string& tenant, const std::string& name) {
+  return tenant + "/" + name;
+}
+
+}  // namespace
+
+Result<Tenant> Cluster::Impl::SetTenantQuota(const std::string& name, int64_t guaranteed,
+                                             int64_t limit, const std::string& actor) {
+  Tenant tenant{name, "created by " + actor, guaranteed, limit};
+  TY_RETURN_IF_ERROR(ValidateTenant(tenant));
+  std::lock_guard tenancy(tenancy_mu_);
+  std::lock_guard lk(mu_);
+  store::WriteBatch b;
+  std::vector<Queue> changed;
+  if (auto it = tenants_.find(name); it != tenants_.end()) {
+    tenant.description = it->second.description;
+    int64_t sum = 0;
+    for (const auto& [key, q] : queues_) {
+      if (key.first != name) continue;
+      sum += q.guaranteed_gpus;
+      if (q.guaranteed_gpus > limit) {
+        return FailedPrecondition(
+            "tenant " + QuoteForMessage(name) + ": limit_gpus " + std::to_string(limit) +
+            " is below the guarantee of its queue " + QueueKey(name, q.name) + " (" +
+            std::to_string(q.guaranteed_gpus) + " GPUs); lower that queue's guarantee first");
+      }
+      if (q.limit_gpus > limit) {
+        Queue lowered = q;
+        lowered.limit_gpus = limit;
+        changed.push_back(lowered);
+      }
+    }
+    if (sum > guaranteed) {
+      return FailedPrecondition("tenant " + QuoteForMessage(name) + ": guaranteed_gpus " +
+                                std::to_string(guaranteed) + " is below the " +
+                                std::to_string(sum) +
+                                " GPUs its queues' guarantees already add up to; lower "
+                                "their guarantees first");
+    }
+  } else if (!queues_.contains({name, kDefaultQueue})) {
+    changed.push_back(Queue{kDefaultQueue, name, "", 0, limit, 1.0});
+  }
+  b.PutTenant(tenant);
+  for (const Queue& q : changed) b.PutQueue(q);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  tenants_[name] = tenant;
+  for (const Queue& q : changed) queues_[{q.tenant, q.name}] = q;
+  dirty_ = true;
+  cv_.notify_all();
+  return tenant;
+}
+
+Result<Queue> Cluster::Impl::PutQueue(const Queue& queue) {
+  TY_RETURN_IF_ERROR(ValidateQueue(queue));
+  std::lock_guard tenancy(tenancy_mu_);
+  std::lock_guard lk(mu_);
+  auto t = tenants_.find(queue.tenant);
+  if (t == tenants_.end()) {
+    return NotFound("tenant " + QuoteForMessage(queue.tenant) +
+                    " does not exist; a cluster-admin creates it (`trainyard tenants quota`)");
+  }
+  const Tenant& tenant = t->second;
+  const std::string key = QueueKey(queue.tenant, queue.name);
+  if (!queue.parent.empty() && !queues_.contains({queue.tenant, queue.parent})) {
+    return InvalidArgument("queue.parent: tenant " + QuoteForMessage(queue.tenant) +
+                           " has no queue " + QuoteForMessage(queue.parent));
+  }
+  if (queue.limit_gpus > tenant.limit_gpus) {
+    return FailedPrecondition("queue " + key + ": limit_gpus " + std::to_string(queue.limit_gpus) +
+                              " is above tenant " + QuoteForMessage(tenant.name) + "'s limit of " +
+                              std::to_string(tenant.limit_gpus) +
+                              " GPUs per queue; a cluster-admin sets the tenant's quota");
+  }
+  int64_t others = 0;
+  for (const auto& [k, q] : queues_) {
+    if (k.first == queue.tenant && k.second != queue.name) others += q.guaranteed_gpus;
+  }
+  if (others + queue.guaranteed_gpus > tenant.guaranteed_gpus) {
+    return FailedPrecondition(
+        "queue " + key + ": guaranteed_gpus " + std::to_string(queue.guaranteed_gpus) +
+        " plus the " + std::to_string(others) +
+        " GPUs guaranteed to the tenant's other queues is " +
+        std::to_string(others + queue.guaranteed_gpus) + ", above tenant " +
+        QuoteForMessage(tenant.name) + "'s guaranteed_gpus of " +
+        std::to_string(tenant.guaranteed_gpus) + "; at most " +
+        std::to_string(std::max<int64_t>(0, tenant.guaranteed_gpus - others)) + " is left");
+  }
+  store::WriteBatch b;
+  b.PutQueue(queue);
+  TY_RETURN_IF_ERROR(CommitLocked(b));  // also refuses a parent that would make a cycle
+  queues_[{queue.tenant, queue.name}] = queue;
+  dirty_ = true;
+  cv_.notify_all();
+  return queue;
+}
+
+Status Cluster::Impl::DeleteQueue(const std::string& tenant, const std::string& name) {
+  std::lock_guard tenancy(tenancy_mu_);
+  std::lock_guard lk(mu_);
+  const std::string key = QueueKey(tenant, name);
+  if (!queues_.contains({tenant, name})) {
+    return NotFound("queue " + QuoteForMessage(key) + " does not exist");
+  }
+  std::string children;
+  for (const auto& [k, q] : queues_) {
+    if (k.first == tenant && q.parent == name) children += (children.empty() ? "" : ", ") + q.name;
+  }
+  if (!children.empty()) {
+    return FailedPrecondition("queue " + key + " still has child queues (" + children +
+                              "); delete them first");
+  }
+  int64_t unfinished = 0;
+  std::string ids;
+  for (const auto& [id, e] : jobs_) {
+    if (e.job.spec.tenant != tenant || e.job.spec.queue != name) continue;
+    if (++unfinished <= 5) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+  }
+  if (unfinished > 0) {
+    return FailedPrecondition("queue " + key + " still has " + std::to_string(unfinished) +
+                              " unfinished job(s) (" + ids + (unfinished > 5 ? ", ..." : "") +
+                              "); cancel them or wait for them to finish");
+  }
+  store::WriteBatch b;
+  b.DeleteQueue(tenant, name);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  queues_.erase({tenant, name});
+  dirty_ = true;
+  cv_.notify_all();
+  return Status::Ok();
 }
 
 std::vector<PriorityClass> Cluster::Impl::ListPriorityClasses() {
@@ -1759,6 +1907,18 @@ Status Cluster::SetNodeAdminState(const std::string& name, NodeState state,
 std::vector<QueueView> Cluster::ListQueues() { return impl_->ListQueues(); }
 std::vector<Tenant> Cluster::ListTenants() { return impl_->ListTenants(); }
 std::vector<PriorityClass> Cluster::ListPriorityClasses() { return impl_->ListPriorityClasses(); }
+Result<Tenant> Cluster::SetTenantQuota(const std::string& name, int64_t guaranteed, int64_t limit,
+                                       const std::string& actor) {
+  return impl_->SetTenantQuota(name, guaranteed, limit, actor);
+}
+// The store keeps no author for queues: the audit log (server/api.cc) records who.
+Result<Queue> Cluster::PutQueue(const Queue& queue, const std::string& /*actor*/) {
+  return impl_->PutQueue(queue);
+}
+Status Cluster::DeleteQueue(const std::string& tenant, const std::string& name,
+                            const std::string& /*actor*/) {
+  return impl_->DeleteQueue(tenant, name);
+}
 Result<RegisterReply> Cluster::Register(const Registration& r) { return impl_->Register(r); }
 Result<std::vector<std::string>> Cluster::HandleHeartbeat(const Heartbeat& h) {
   return impl_->HandleHeartbeat(h);

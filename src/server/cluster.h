@@ -106,7 +106,8 @@ struct NodeView {
   bool connected = false;      // registered with this server process and heartbeating
   Timestamp last_heartbeat{};  // 0 when never since this server started
   int64_t gpus_used = 0;
-  std::vector<JobId> jobs;  // with ranks on it
+  std::vector<JobId> jobs;               // with ranks on it
+  std::vector<std::string> job_tenants;  // the tenant of each of `jobs`
 };
 
 struct QueueView {
@@ -196,6 +197,23 @@ class Cluster {
   std::vector<QueueView> ListQueues();
   std::vector<Tenant> ListTenants();
   std::vector<PriorityClass> ListPriorityClasses();
+
+  // --- tenancy (the API authorizes: quotas are a cluster-admin's, queues their
+  // tenant-admin's) -------------------------------------------------------------------
+  // Sets tenant `name`'s quota, creating the tenant (with its default queue) when it
+  // does not exist. Queues whose limit is above `limit` are lowered to it in the same
+  // commit. FailedPrecondition, naming the numbers, when `guaranteed` is below what
+  // its queues' guarantees add up to or `limit` below a queue's guarantee.
+  Result<Tenant> SetTenantQuota(const std::string& name, int64_t guaranteed, int64_t limit,
+                                const std::string& actor);
+  // Creates or changes queue `queue` of an existing tenant (NotFound otherwise).
+  // InvalidArgument for a bad queue (ValidateQueue) or a parent the tenant lacks;
+  // FailedPrecondition, naming the numbers, when the tenant's queues' guarantees would
+  // add up to more than its guaranteed_gpus or the queue's limit exceed its limit_gpus.
+  Result<Queue> PutQueue(const Queue& queue, const std::string& actor);
+  // Deletes a queue. NotFound when it does not exist; FailedPrecondition while it has
+  // unfinished jobs or child queues.
+  Status DeleteQueue(const std::string& tenant, const std::string& name, const std::string& actor);
 
   // --- agents ----------------------------------------------------------------------
   Result<RegisterReply> Register(const Registration& registration);

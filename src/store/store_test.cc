@@ -192,7 +192,7 @@ TEST_P(StoreTest, CommitsAndReadsBackEveryKind) {
   node.milli_cpus = 64'000;
   node.memory_bytes = kTiB;
   node.topology = {"s1", "l1"};
-  Tenant tenant{"research", "ml research"};
+  Tenant tenant{"research", "ml research", 12, 8};
   Queue parent{"all", "research", "", 8, 32, 1.0};
   Queue child{"vision", "research", "all", 4, 16, 2.0};
   PriorityClass pc{"production", 500, true};

@@ -210,6 +210,30 @@ command: ["/bin/true"]')" 2>&1); rc=$?
   set -e
   [[ $(job_field "$b" 'j["state"]') == Pending ]] || fail "bob's job changed"
   as alice cancel "$a" >/dev/null || fail "alice cannot cancel her own job"
+  # Queues: a tenant-admin manages them within the quota a cluster-admin sets.
+  "$T" users create tina --tenant vision --role tenant-admin >/dev/null || fail "create tina"
+  ( umask 077; "$T" tokens create --user tina 2>/dev/null >"$WORK/tina.token" )
+  "$T" tenants quota vision --guaranteed 8 --limit 16 >/dev/null || fail "tenants quota"
+  [[ $("$T" tenants | awk '$1 == "vision" {print $2, $3}') == "8 16" ]] ||
+    fail "tenants: $("$T" tenants)"
+  as tina queues set vision/train --guaranteed 6 --limit 12 --weight 2 >/dev/null ||
+    fail "tina queues set"
+  [[ $(as tina queues | awk '$1 == "vision" && $2 == "train" {print $3, $4}') == "6 12" ]] ||
+    fail "queues: $(as tina queues)"
+  set +e
+  out=$(as tina queues set vision/big --guaranteed 3 --limit 4 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"at most 2 is left"* ]] || fail "over the guarantee: $out"
+  out=$(as tina tenants quota vision --guaranteed 99 --limit 99 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"cluster-admin"* ]] || fail "tina raised her quota: $out"
+  out=$(as alice queues set vision/mine --guaranteed 0 --limit 1 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"may not manage-queues"* ]] || fail "a member made a queue: $out"
+  out=$(as tina queues set nlp/x --guaranteed 0 --limit 1 2>&1); rc=$?
+  [[ $rc -ne 0 && $out == *"may not manage-queues"* ]] || fail "tina made nlp's queue: $out"
+  out=$(as tina queues set train --guaranteed 0 --limit 1 2>&1); rc=$?
+  [[ $rc -eq 2 && $out == *"TENANT/QUEUE"* ]] || fail "queue without tenant: rc=$rc $out"
+  set -e
+  as tina queues delete vision/train >/dev/null || fail "tina queues delete"
+  as tina queues | grep -q "train" && fail "train not deleted"
   # Revoked: refused at once, with a message saying so.
   id=$(cut -c5-16 "$WORK/vera.token")
   "$T" tokens --user vera -o json | grep -q "\"$id\"" || fail "vera's token not listed"
