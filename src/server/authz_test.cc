@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <yaml-cpp/yaml.h>
 
 #include <functional>
 #include <map>
@@ -379,6 +380,36 @@ TEST_F(AuthzTest, EveryUserRouteHasARuleAndEveryRuleARoute) {
   }
   for (const auto& [key, rule] : Rules()) {
     EXPECT_TRUE(keys.contains(key)) << "rule for " << key << " names no user route";
+  }
+}
+
+// "/api/v1/jobs/([^/]+)/cancel" and "/jobs/{id}/cancel" both become "/jobs/{}/cancel".
+std::string Shape(std::string path) {
+  if (path.starts_with("/api/v1")) path.erase(0, 7);
+  for (size_t at; (at = path.find("([^/]+)")) != std::string::npos;) path.replace(at, 7, "{}");
+  for (size_t at = 0; (at = path.find('{', at)) != std::string::npos; ++at) {
+    const size_t end = path.find('}', at);
+    if (end != std::string::npos) path.replace(at + 1, end - at - 1, "");
+  }
+  return path;
+}
+
+TEST_F(AuthzTest, OpenApiDescribesEveryRoute) {
+  const YAML::Node doc = YAML::LoadFile(TRAINYARD_OPENAPI_FILE);
+  std::set<std::string> documented;
+  for (const auto& path : doc["paths"]) {
+    for (const auto& op : path.second) {
+      std::string method = op.first.as<std::string>();
+      if (method == "parameters") continue;
+      for (char& c : method) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      documented.insert(method + " " + Shape(path.first.as<std::string>()));
+    }
+  }
+  EXPECT_GT(documented.size(), 30u);
+  for (const RouteInfo& r : routes_) {
+    if (r.access == RouteAccess::kAgent) continue;  // docs/agent-protocol.md
+    EXPECT_TRUE(documented.contains(r.method + " " + Shape(r.pattern)))
+        << r.method << " " << r.pattern << " is not in docs/openapi.yaml";
   }
 }
 
