@@ -193,6 +193,11 @@ std::string_view ActionName(Action a) {
   return "unknown";
 }
 
+std::string_view UserOfActor(std::string_view actor) {
+  if (actor.starts_with("user:")) actor.remove_prefix(5);
+  return actor;
+}
+
 bool CanSeeTenant(const Principal& p, std::string_view tenant) {
   return p.role == Role::kClusterAdmin || (!tenant.empty() && tenant == p.tenant);
 }

@@ -127,6 +127,9 @@ struct Principal {
   std::string Actor() const { return "user:" + user; }
 };
 
+// The user an actor string names: "user:alice" -> "alice"; other actors as they are.
+std::string_view UserOfActor(std::string_view actor);
+
 // What a request does. Every API endpoint maps to exactly one (server/api.cc).
 enum class Action {
   kReadCluster,      // health, nodes, queues, tenants, priority classes (filtered)

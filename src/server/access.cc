@@ -8,15 +8,7 @@
 #include "core/names.h"
 
 namespace trainyard::server {
-namespace {
-
-// The user a token's owner field or a "user:" actor names.
-std::string_view Bare(std::string_view actor) {
-  if (actor.starts_with("user:")) actor.remove_prefix(5);
-  return actor;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string RandomHex(size_t n_bytes) {
   std::vector<unsigned char> buf(n_bytes);
@@ -162,7 +154,7 @@ Result<std::optional<NewToken>> AccessControl::Bootstrap(const std::string& name
 
 std::string AccessControl::TenantOf(const std::string& name) {
   std::lock_guard lk(mu_);
-  auto it = users_.find(std::string(Bare(name)));
+  auto it = users_.find(std::string(UserOfActor(name)));
   return it == users_.end() ? "" : it->second.tenant;
 }
 
@@ -227,14 +219,7 @@ Result<User> AccessControl::UpdateUser(const Principal& caller, const std::strin
   if (updated.role == Role::kClusterAdmin) updated.tenant.clear();
   TY_RETURN_IF_ERROR(ValidateUser(updated));
   TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, updated));
-  if (caller.user == name && updated.role != it->second.role &&
-      caller.role == Role::kClusterAdmin) {
-    size_t admins = 0;
-    for (const auto& [n, u] : users_) admins += u.role == Role::kClusterAdmin;
-    if (admins == 1) {
-      return FailedPrecondition("user " + name + " is the last cluster-admin; keep it");
-    }
-  }
+  if (updated.role != Role::kClusterAdmin) TY_RETURN_IF_ERROR(KeepLastAdminLocked(it->second));
   store::WriteBatch batch;
   batch.PutUser(updated);
   TY_RETURN_IF_ERROR(store_->Commit(batch));
@@ -242,18 +227,21 @@ Result<User> AccessControl::UpdateUser(const Principal& caller, const std::strin
   return updated;
 }
 
+Status AccessControl::KeepLastAdminLocked(const User& leaving) {
+  if (leaving.role != Role::kClusterAdmin) return Status::Ok();
+  for (const auto& [name, u] : users_) {
+    if (u.role == Role::kClusterAdmin && name != leaving.name) return Status::Ok();
+  }
+  return FailedPrecondition("user " + leaving.name +
+                            " is the last cluster-admin; make another one first");
+}
+
 Status AccessControl::DeleteUser(const Principal& caller, const std::string& name) {
   std::lock_guard lk(mu_);
   auto it = users_.find(name);
   if (it == users_.end()) return NotFound("no user " + QuoteForMessage(name));
   TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, it->second));
-  if (it->second.role == Role::kClusterAdmin) {
-    size_t admins = 0;
-    for (const auto& [n, u] : users_) admins += u.role == Role::kClusterAdmin;
-    if (admins == 1) {
-      return FailedPrecondition("user " + name + " is the last cluster-admin; keep it");
-    }
-  }
+  TY_RETURN_IF_ERROR(KeepLastAdminLocked(it->second));
   store::WriteBatch batch;
   batch.DeleteUser(name);
   TY_RETURN_IF_ERROR(store_->Commit(batch));
@@ -285,23 +273,17 @@ Result<NewToken> AccessControl::CreateToken(const Principal& caller, const std::
 
 Result<std::vector<ApiToken>> AccessControl::ListTokens(const Principal& caller,
                                                         const std::string& user) {
+  const std::string owner = user.empty() ? caller.user : user;
   std::lock_guard lk(mu_);
+  if (owner != caller.user) {
+    auto u = users_.find(owner);
+    if (u == users_.end()) return NotFound("no user " + QuoteForMessage(owner));
+    TY_RETURN_IF_ERROR(
+        Authorize(caller, Action::kManageTokens, {u->second.tenant, owner, u->second.role}));
+  }
   std::vector<ApiToken> out;
   for (const auto& [id, t] : tokens_) {
-    if (!user.empty() && t.user != user) continue;
-    auto u = users_.find(t.user);
-    const Target target{u == users_.end() ? "" : u->second.tenant, t.user,
-                        u == users_.end() ? Role::kViewer : u->second.role};
-    const Action a = t.user == caller.user ? Action::kManageOwnTokens : Action::kManageTokens;
-    if (user.empty() && t.user != caller.user) continue;  // default: one's own
-    if (!Authorize(caller, a, target).ok()) {
-      if (!user.empty()) return Authorize(caller, a, target);
-      continue;
-    }
-    out.push_back(t);
-  }
-  if (!user.empty() && out.empty() && !users_.contains(user)) {
-    return NotFound("no user " + QuoteForMessage(user));
+    if (t.user == owner) out.push_back(t);
   }
   return out;
 }

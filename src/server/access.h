@@ -100,6 +100,9 @@ class AccessControl {
   };
   AccessControl(store::Store* store, const Clock* clock, AccessOptions options);
   Status AuthorizeUserChange(const Principal& caller, const User& user);
+  // FailedPrecondition when `leaving` is the only cluster-admin (deleted or demoted,
+  // nobody could manage the cluster any more).
+  Status KeepLastAdminLocked(const User& leaving);
   Result<NewToken> MintLocked(const std::string& user, std::string description,
                               std::optional<Duration> ttl);
 

@@ -517,11 +517,6 @@ struct Call {
   std::string tenant;  // the object's tenant, if it has one
 };
 
-std::string_view Owner(std::string_view submitted_by) {
-  if (submitted_by.starts_with("user:")) submitted_by.remove_prefix(5);
-  return submitted_by;
-}
-
 ordered_json RenderUser(const User& u) {
   return {{"name", u.name},
           {"tenant", u.tenant},
@@ -674,8 +669,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     call.object = "job/" + std::to_string(id);
     TY_ASSIGN_OR_RETURN(JobView v, cluster.GetJob(id));
     call.tenant = v.job.spec.tenant;
-    TY_RETURN_IF_ERROR(
-        Authorize(call.who, action, {v.job.spec.tenant, std::string(Owner(v.job.submitted_by))}));
+    TY_RETURN_IF_ERROR(Authorize(
+        call.who, action, {v.job.spec.tenant, std::string(UserOfActor(v.job.submitted_by))}));
     return v;
   };
 

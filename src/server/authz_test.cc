@@ -810,6 +810,10 @@ TEST_F(AuthzTest, BadUserAndTokenRequestsNameTheField) {
   EXPECT_EQ(Call("POST", tokens_["admin"], {"/api/v1/tokens", R"({"user": "ghost"})"}, &body), 404);
   EXPECT_EQ(Call("DELETE", tokens_["admin"], {"/api/v1/users/admin", ""}, &body), 409);
   EXPECT_THAT(body, HasSubstr("last cluster-admin"));
+  EXPECT_EQ(Call("PATCH", tokens_["admin"], {"/api/v1/users/admin", R"({"role": "viewer"})"},
+                 &body),
+            409);
+  EXPECT_THAT(body, HasSubstr("last cluster-admin"));
   // Tenant admins cannot make cluster admins, nor raise themselves to one.
   EXPECT_EQ(Call("POST", tokens_["vision-admin"],
                  {"/api/v1/users", R"({"name": "boss", "role": "cluster-admin"})"}, &body),
