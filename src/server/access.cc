@@ -216,10 +216,10 @@ Result<User> AccessControl::UpdateUser(const Principal& caller, const std::strin
     }
     updated.priority_classes = *priority_classes;
   }
+  if (updated.role != Role::kClusterAdmin) TY_RETURN_IF_ERROR(KeepLastAdminLocked(it->second));
   if (updated.role == Role::kClusterAdmin) updated.tenant.clear();
   TY_RETURN_IF_ERROR(ValidateUser(updated));
   TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, updated));
-  if (updated.role != Role::kClusterAdmin) TY_RETURN_IF_ERROR(KeepLastAdminLocked(it->second));
   store::WriteBatch batch;
   batch.PutUser(updated);
   TY_RETURN_IF_ERROR(store_->Commit(batch));
