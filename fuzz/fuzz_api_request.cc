@@ -1,7 +1,8 @@
 // libFuzzer target: what the API server parses from a request before it touches any
 // state — submissions (YAML, JSON or #SBATCH body with its query), job listings'
-// queries, checkpoint reports, array ranges, job ids, agent registrations and
-// heartbeats, agent commands, base64 log chunks.
+// queries, checkpoint reports, tenant quotas and queues, array ranges, job ids, API
+// tokens and role names, agent registrations and heartbeats, agent commands, base64
+// log chunks.
 //
 // Input: one selector byte, then for the query-taking requests a query line
 // ("k=v&k=v"), a newline and the body. Every rejection must carry a message and map
@@ -15,6 +16,7 @@
 #include <string_view>
 
 #include "agent/protocol.h"
+#include "core/auth.h"
 #include "server/api.h"
 #include "server/protocol.h"
 
@@ -76,12 +78,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 2:
       Check(server::ParseCheckpoint(rest), input);
+      Check(server::ParseTenantQuota(rest), input);
+      Check(server::ParseQueue(rest, "vision", "research"), input);
       break;
     case 3:
       Check(server::ParseArrayRange(rest), input);
       break;
     case 4:
       Check(server::ParseJobId(rest), input);
+      Check(trainyard::ParseTokenText(rest), input);
+      Check(trainyard::ParseRole(rest), input);
       break;
     case 5:
       Check(server::ParseRegistration(Json(rest)), input);
