@@ -211,7 +211,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       bool wait = false;
     };
     auto f = std::make_shared<F>();
-    CLI::App* cmd = app.add_subcommand("submit", "Submit a job (YAML, JSON or #SBATCH script)");
+    CLI::App* cmd = app.add_subcommand(
+        "submit", "Submit a job (YAML, JSON or #SBATCH script) [member of its tenant]");
     AddCommon(cmd, f->c, true);
     cmd->add_option("file", f->file, "Job spec file; - reads standard input")->required();
     cmd->add_option("--array", f->array, "Job array: one job per index, e.g. 1-1000, 0-9:2, 1,3,5");
@@ -282,8 +283,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       int limit = 1000;
     };
     auto f = std::make_shared<F>();
-    CLI::App* cmd =
-        app.add_subcommand("jobs", "List jobs (like squeue); unfinished ones unless --all");
+    CLI::App* cmd = app.add_subcommand(
+        "jobs", "List jobs (like squeue); unfinished ones unless --all [any role; your tenant's]");
     AddCommon(cmd, f->c, true);
     cmd->add_option("--state", f->state,
                     "Only these states, comma-separated (e.g. Pending,Running)");
@@ -349,8 +350,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     auto f = std::make_shared<F>();
     CLI::App* job = app.add_subcommand("job", "Inspect one job");
     job->require_subcommand(1);
-    CLI::App* cmd =
-        job->add_subcommand("show", "Spec, state, attempts, checkpoint and events of a job");
+    CLI::App* cmd = job->add_subcommand(
+        "show", "Spec, state, attempts, checkpoint and events of a job [any role of its tenant]");
     AddCommon(cmd, f->c, true);
     cmd->add_option("id", f->id, "Job id")->required();
     cmd->callback([f, &exit_code, &out, &err] {
@@ -403,9 +404,11 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       std::vector<std::string> ids;
     };
     auto f = std::make_shared<F>();
-    const std::string help = verb == "cancel" ? "Cancel jobs (stops their ranks)"
-                             : verb == "hold" ? "Hold pending jobs (not scheduled until released)"
-                                              : "Release held jobs";
+    const std::string help =
+        verb == "cancel" ? "Cancel jobs (stops their ranks) [its submitter, tenant-admin]"
+        : verb == "hold"
+            ? "Hold pending jobs (not scheduled until released) [its submitter, tenant-admin]"
+            : "Release held jobs [its submitter, tenant-admin]";
     CLI::App* cmd = app.add_subcommand(verb, help);
     AddCommon(cmd, f->c, true);
     cmd->add_option("ids", f->ids, "Job ids")->required();
@@ -436,7 +439,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       bool follow = false;
     };
     auto f = std::make_shared<F>();
-    CLI::App* cmd = app.add_subcommand("logs", "Print a rank's output (stdout and stderr)");
+    CLI::App* cmd = app.add_subcommand(
+        "logs", "Print a rank's output (stdout and stderr) [any role of its tenant]");
     AddCommon(cmd, f->c, false);
     cmd->add_option("job", f->id, "Job id")->required();
     cmd->add_option("--rank", f->rank, "Rank")->capture_default_str();
@@ -478,7 +482,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
   // --- nodes ---
   {
     auto c = std::make_shared<Common>();
-    CLI::App* cmd = app.add_subcommand("nodes", "List nodes (like sinfo): state, GPUs used/total");
+    CLI::App* cmd =
+        app.add_subcommand("nodes", "List nodes (like sinfo): state, GPUs used/total [any role]");
     AddCommon(cmd, *c, true);
     cmd->callback([c, &exit_code, &out, &err] {
       exit_code = WithApi(*c, err, "nodes", [&](Api& api) -> std::optional<Failure> {
@@ -509,9 +514,10 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       std::string node;
     };
     auto f = std::make_shared<F>();
-    const std::string help = verb == "cordon"  ? "Stop placing new work on a node"
-                             : verb == "drain" ? "Cordon a node and move its jobs off (requeued)"
-                                               : "Let a node receive work again";
+    const std::string help = verb == "cordon" ? "Stop placing new work on a node [cluster-admin]"
+                             : verb == "drain"
+                                 ? "Cordon a node and move its jobs off (requeued) [cluster-admin]"
+                                 : "Let a node receive work again [cluster-admin]";
     CLI::App* cmd = app.add_subcommand(verb, help);
     AddCommon(cmd, f->c, true);
     cmd->add_option("node", f->node, "Node name")->required();
@@ -532,8 +538,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
   // --- queues ---
   {
     auto c = std::make_shared<Common>();
-    CLI::App* cmd =
-        app.add_subcommand("queues", "List queues: guaranteed, limit, in use, borrowed, pending");
+    CLI::App* cmd = app.add_subcommand(
+        "queues", "List queues: guaranteed, limit, in use, borrowed, pending [any role]");
     AddCommon(cmd, *c, true);
     cmd->callback([cmd, c, &exit_code, &out, &err] {
       if (!cmd->get_subcommands().empty()) return;
@@ -677,7 +683,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
   // --- identity: whoami, users, tokens, audit ---
   {
     auto c = std::make_shared<Common>();
-    CLI::App* cmd = app.add_subcommand("whoami", "Show the user, tenant and role of your token");
+    CLI::App* cmd =
+        app.add_subcommand("whoami", "Show the user, tenant and role of your token [any role]");
     AddCommon(cmd, *c, true);
     cmd->callback([c, &exit_code, &out, &err] {
       exit_code = WithApi(*c, err, "whoami", [&](Api& api) -> std::optional<Failure> {
@@ -729,7 +736,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       std::vector<std::string> classes;
     };
     auto cf = std::make_shared<F>();
-    CLI::App* create = users->add_subcommand("create", "Create a user in a tenant");
+    CLI::App* create =
+        users->add_subcommand("create", "Create a user in a tenant [tenant-admin, cluster-admin]");
     AddCommon(create, cf->c, true);
     create->add_option("name", cf->name, "User name (a-z 0-9 . _ -)")->required();
     create->add_option("--tenant", cf->tenant,
@@ -750,8 +758,9 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
     auto uf = std::make_shared<F>();
-    CLI::App* update =
-        users->add_subcommand("update", "Change a user's role or granted priority classes");
+    CLI::App* update = users->add_subcommand(
+        "update",
+        "Change a user's role or granted priority classes [tenant-admin; grants: cluster-admin]");
     AddCommon(update, uf->c, true);
     update->add_option("name", uf->name, "User name")->required();
     update->add_option("--role", uf->role, "viewer, member, tenant-admin or cluster-admin");
@@ -777,7 +786,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
     auto df = std::make_shared<F>();
-    CLI::App* del = users->add_subcommand("delete", "Delete a user and its tokens");
+    CLI::App* del = users->add_subcommand(
+        "delete", "Delete a user and its tokens [tenant-admin, cluster-admin]");
     AddCommon(del, df->c, false);
     del->add_option("name", df->name, "User name")->required();
     del->callback([df, &exit_code, &out, &err] {
@@ -850,7 +860,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
     auto rf = std::make_shared<F>();
-    CLI::App* revoke = tokens->add_subcommand("revoke", "Revoke a token at once");
+    CLI::App* revoke =
+        tokens->add_subcommand("revoke", "Revoke a token at once [its owner, tenant-admin]");
     AddCommon(revoke, rf->c, false);
     revoke->add_option("id", rf->id, "Token id (the 12 hex digits after tyt_)")->required();
     revoke->callback([rf, &exit_code, &out, &err] {
