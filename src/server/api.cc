@@ -51,6 +51,23 @@ Result<json> ParseJsonBody(std::string_view body, std::string_view what) {
   return j;
 }
 
+// `after` (a sequence number, 0..) and `limit` (1..kMaxListLimit) of a paged listing.
+struct Paging {
+  int64_t after = 0;
+  int limit = 0;
+};
+Result<Paging> ParsePaging(const Params& p, int default_limit) {
+  Paging out{0, default_limit};
+  if (auto a = Param(p, "after")) {
+    TY_ASSIGN_OR_RETURN(out.after, ParseInt("after", *a, 0, INT64_MAX));
+  }
+  if (auto l = Param(p, "limit")) {
+    TY_ASSIGN_OR_RETURN(int64_t limit, ParseInt("limit", *l, 1, store::kMaxListLimit));
+    out.limit = static_cast<int>(limit);
+  }
+  return out;
+}
+
 // Unknown query parameters are errors: a typo ("stat=Pending") would otherwise
 // silently widen a listing.
 Status CheckParams(const Params& p, std::initializer_list<std::string_view> known) {
@@ -775,18 +792,9 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
          }
          auto v = visible_job(req, call, Action::kReadJobs);
          if (!v.ok()) return SendError(res, v.status());
-         int64_t after = 0, limit = 1000;
-         if (auto a = Param(req.params, "after")) {
-           auto x = ParseInt("after", *a, 0, INT64_MAX);
-           if (!x.ok()) return SendError(res, x.status());
-           after = *x;
-         }
-         if (auto l = Param(req.params, "limit")) {
-           auto x = ParseInt("limit", *l, 1, store::kMaxListLimit);
-           if (!x.ok()) return SendError(res, x.status());
-           limit = *x;
-         }
-         auto page = cluster.ListEvents(v->job.id, after, static_cast<int>(limit));
+         auto paging = ParsePaging(req.params, 1000);
+         if (!paging.ok()) return SendError(res, paging.status());
+         auto page = cluster.ListEvents(v->job.id, paging->after, paging->limit);
          if (!page.ok()) return SendError(res, page.status());
          ordered_json events = ordered_json::array();
          for (const auto& e : page->events) {
@@ -1118,18 +1126,9 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
          f.actor = Param(req.params, "actor").value_or("");
          f.tenant = Param(req.params, "tenant").value_or("");
          f.object = Param(req.params, "object").value_or("");
-         int64_t after = 0, limit = 100;
-         if (auto a = Param(req.params, "after")) {
-           auto x = ParseInt("after", *a, 0, INT64_MAX);
-           if (!x.ok()) return SendError(res, x.status());
-           after = *x;
-         }
-         if (auto l = Param(req.params, "limit")) {
-           auto x = ParseInt("limit", *l, 1, store::kMaxListLimit);
-           if (!x.ok()) return SendError(res, x.status());
-           limit = *x;
-         }
-         auto page = access.ListAudit(call.who, f, after, static_cast<int>(limit));
+         auto paging = ParsePaging(req.params, 100);
+         if (!paging.ok()) return SendError(res, paging.status());
+         auto page = access.ListAudit(call.who, f, paging->after, paging->limit);
          if (!page.ok()) return SendError(res, page.status());
          ordered_json out = ordered_json::array();
          for (const AuditEntry& e : page->entries) out.push_back(RenderAudit(e));
