@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/spec_codec.h"
+#include "server/http_testing.h"
 #include "store/memory_store.h"
 
 namespace trainyard::server {
@@ -146,17 +147,13 @@ class ApiTest : public ::testing::Test {
     ASSERT_TRUE(access.ok());
     access_ = std::move(*access);
     InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"secret"});
-    port_ = http_.bind_to_any_port("127.0.0.1");
+    port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
-    thread_ = std::thread([this] { http_.listen_after_bind(); });
-    // A stop() before the thread starts listening would be lost and join would hang.
-    while (!http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
   }
   void TearDown() override {
     cluster_->Shutdown();
-    http_.stop();
-    thread_.join();
+    serving_.Stop();
   }
 
   std::pair<int, json> Post(const std::string& path, const std::string& body, bool agent = false) {
@@ -182,7 +179,7 @@ class ApiTest : public ::testing::Test {
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<AccessControl> access_;
   httplib::Server http_;
-  std::thread thread_;
+  LoopbackServer serving_;
   int port_ = 0;
   std::unique_ptr<httplib::Client> client_;
 };

@@ -16,6 +16,7 @@
 
 #include "core/spec_codec.h"
 #include "server/api.h"
+#include "server/http_testing.h"
 #include "store/memory_store.h"
 
 namespace trainyard::server {
@@ -99,17 +100,13 @@ class AuthzTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->Register(node).ok());
 
     routes_ = InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"join-secret"});
-    port_ = http_.bind_to_any_port("127.0.0.1");
+    port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
-    thread_ = std::thread([this] { http_.listen_after_bind(); });
-    // A stop() before the thread starts listening would be lost and join would hang.
-    while (!http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
   }
   void TearDown() override {
     cluster_->Shutdown();
-    http_.stop();
-    thread_.join();
+    serving_.Stop();
   }
 
   void AddUser(const std::string& name, const std::string& tenant, Role role) {
@@ -195,7 +192,7 @@ class AuthzTest : public ::testing::Test {
   std::map<std::string, std::string> tokens_;  // user -> token text
   std::vector<RouteInfo> routes_;
   httplib::Server http_;
-  std::thread thread_;
+  LoopbackServer serving_;
   int port_ = 0;
   std::unique_ptr<httplib::Client> client_;
   int serial_ = 0;
@@ -810,9 +807,9 @@ TEST_F(AuthzTest, BadUserAndTokenRequestsNameTheField) {
   EXPECT_EQ(Call("POST", tokens_["admin"], {"/api/v1/tokens", R"({"user": "ghost"})"}, &body), 404);
   EXPECT_EQ(Call("DELETE", tokens_["admin"], {"/api/v1/users/admin", ""}, &body), 409);
   EXPECT_THAT(body, HasSubstr("last cluster-admin"));
-  EXPECT_EQ(Call("PATCH", tokens_["admin"], {"/api/v1/users/admin", R"({"role": "viewer"})"},
-                 &body),
-            409);
+  EXPECT_EQ(
+      Call("PATCH", tokens_["admin"], {"/api/v1/users/admin", R"({"role": "viewer"})"}, &body),
+      409);
   EXPECT_THAT(body, HasSubstr("last cluster-admin"));
   // Tenant admins cannot make cluster admins, nor raise themselves to one.
   EXPECT_EQ(Call("POST", tokens_["vision-admin"],
