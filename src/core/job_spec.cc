@@ -387,11 +387,17 @@ std::vector<Diagnostic> ValidateSpec(const JobSpec& spec) {
     c.Add("experiment.data_version", "must be at most 1024 characters without NUL bytes");
   }
   if (!ex.code.empty() && ex.code != "auto" && ex.code != "none") {
-    bool hex = ex.code.size() >= 7 && ex.code.size() <= 64;
-    for (char ch : ex.code) hex = hex && ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
+    // A commit id, with "-dirty" when the working tree had uncommitted changes (as
+    // `git describe --dirty` marks it).
+    std::string_view id = ex.code;
+    if (id.ends_with("-dirty")) id.remove_suffix(6);
+    bool hex = id.size() >= 7 && id.size() <= 64;
+    for (char ch : id) hex = hex && ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
     if (!hex) {
-      c.Add("experiment.code", "must be auto, none or a git commit id (7 to 64 hex digits), got " +
-                                   QuoteForMessage(ex.code));
+      c.Add("experiment.code",
+            "must be auto, none or a git commit id (7 to 64 hex digits, optionally ending in "
+            "-dirty), got " +
+                QuoteForMessage(ex.code));
     }
   }
 
