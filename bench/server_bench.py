@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Control-plane speed on this machine (Python 3 standard library only).
 
-  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,heartbeat] ...
+  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,heartbeat,ingest] ...
 
 Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
   submit   jobs/s acknowledged (201, committed with synchronous=FULL) over POST /jobs
@@ -14,6 +14,11 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
            `trainyard up` (4 x 8 GPUs); jobs/s from the first submission until all have
            finished, medians and their ratio. Skipped, saying why, when the Slurm peer
            (../shared/peers/slurm/slurm-peer) is not set up.
+  ingest   metric points/s stored (committed) through POST /api/v1/runs/{id}/metrics on
+           loopback from --ingest-clients processes, each posting bodies of
+           --ingest-points points (8 keys) for --ingest-seconds; text/plain bodies
+           ("key step value time_ms" lines) and JSON column bodies; then the
+           size of series.db per point and a 1,000-bucket read of the longest series;
   heartbeat --hb-agents simulated agents (asyncio, from --hb-procs processes) against one
            `trainyard server`: each registers, keeps a long poll outstanding and
            heartbeats every second with 8 GPUs of telemetry, each request on a new
@@ -494,16 +499,110 @@ def bench_heartbeat(trainyard, work, agents, procs, seconds):
 
 
 
+def _ingest_worker(url, job, kind, points, seconds, client, go, out):
+    # Bodies are made before the clock starts (Python is slower at writing them than
+    # the server at reading them): 16 bodies of successive steps, cycled, each cycle
+    # on new ranks so that steps only ever grow within a series.
+    keys = [f"key{k}" for k in range(8)]
+    per_key = points // len(keys)
+    bodies = []
+    for b in range(16):
+        steps = range(b * per_key, (b + 1) * per_key)
+        if kind == "text":
+            lines = []
+            for k in keys:
+                lines += [f"{k} {s} {1.0 / (s + 1):.9g} {1764410000000 + s * 10}" for s in steps]
+            bodies.append(("\n".join(lines) + "\n").encode())
+        else:
+            bodies.append(json.dumps({"rank": "RANK", "series": [
+                {"key": k, "steps": list(steps), "values": [1.0 / (s + 1) for s in steps],
+                 "times_ms": [1764410000000 + s * 10 for s in steps]} for k in keys]}))
+    conn = connect(url)
+    sent = 0
+    n = 0
+    out.put("ready")
+    go.wait()
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        rank = client * 10_000 + n // len(bodies)
+        if kind == "text":
+            status, data = call(conn, "POST", f"/api/v1/runs/{job}/metrics?rank={rank}",
+                                bodies[n % len(bodies)], "text/plain")
+        else:
+            status, data = call(conn, "POST", f"/api/v1/runs/{job}/metrics",
+                                bodies[n % len(bodies)].replace('"RANK"', str(rank), 1),
+                                "application/json")
+        if status != 200:
+            raise RuntimeError(f"POST metrics: {status} {data[:200]}")
+        sent += per_key * len(keys)
+        n += 1
+    out.put(sent)
+
+
+def bench_ingest(trainyard, work, clients, points, seconds):
+    data = os.path.join(work, "ingest")
+    p, url = start(trainyard, ["server"] + no_rate_limit(trainyard), data,
+                   os.path.join(work, "ingest.log"))
+    conn = connect(url)
+    status, body = call(conn, "POST", "/api/v1/jobs",
+                        json.dumps({"name": "metrics", "command": ["x"]}))
+    job = json.loads(body)["id"]
+    for kind in ("text", "json"):
+        go = multiprocessing.Event()
+        out = multiprocessing.Queue()
+        # Each client its own rank: its own series, as the ranks of one job would be.
+        first = 0 if kind == "text" else clients
+        procs = [multiprocessing.Process(target=_ingest_worker,
+                                         args=(url, job, kind, points, seconds, first + c, go, out))
+                 for c in range(clients)]
+        for w in procs:
+            w.start()
+        for _ in procs:
+            assert out.get() == "ready"  # the bodies are made
+        t0 = time.time()
+        go.set()
+        total = sum(out.get() for _ in procs)
+        wall = time.time() - t0
+        for w in procs:
+            w.join()
+        print(f"ingest ({kind}): {total:,} points in {wall:.1f} s from {clients} clients "
+              f"x {points:,}-point bodies: {total / wall:,.0f} points/s", flush=True)
+    stop(p)
+    db = os.path.join(data, "series.db")
+    size = os.path.getsize(db) + (os.path.getsize(db + "-wal") if os.path.exists(db + "-wal") else 0)
+    print(f"ingest: series.db {size / 1e6:.1f} MB after a clean stop", flush=True)
+    p, url = start(trainyard, ["server"] + no_rate_limit(trainyard), data,
+                   os.path.join(work, "ingest2.log"))
+    conn = connect(url)
+    status, body = call(conn, "GET", f"/api/v1/runs/{job}")
+    run = json.loads(body)
+    n = sum(m["count"] for m in run["metrics"].values())
+    print(f"ingest: {n:,} points stored, {size / max(n, 1):.1f} bytes/point on disk", flush=True)
+    times = []
+    for _ in range(11):
+        t0 = time.time()
+        status, body = call(conn, "GET", f"/api/v1/runs/{job}/metrics/key0?rank=0&buckets=1000")
+        times.append(time.time() - t0)
+        assert status == 200, body[:200]
+    pts = json.loads(body)["points"]
+    print(f"ingest: GET a {sum(pts['count']):,}-point series as 1,000 buckets over HTTP: "
+          f"median {statistics.median(times) * 1000:.1f} ms", flush=True)
+    stop(p)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainyard", default=os.path.join(os.getcwd(), "build-release", "trainyard"))
-    ap.add_argument("--only", default="submit,list,latency,slurm,heartbeat")
+    ap.add_argument("--only", default="submit,list,latency,slurm,heartbeat,ingest")
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--list-jobs", type=int, default=100_000)
     ap.add_argument("--latency-jobs", type=int, default=200)
     ap.add_argument("--slurm-runs", type=int, default=3)
     ap.add_argument("--slurm-jobs", type=int, default=1000)
+    ap.add_argument("--ingest-clients", type=int, default=4)
+    ap.add_argument("--ingest-points", type=int, default=80_000)
+    ap.add_argument("--ingest-seconds", type=float, default=10)
     ap.add_argument("--hb-agents", type=int, default=1000)
     ap.add_argument("--hb-procs", type=int, default=2)
     ap.add_argument("--hb-seconds", type=float, default=20)
@@ -525,6 +624,9 @@ def main():
             bench_latency(trainyard, work, args.latency_jobs)
         if "slurm" in only:
             bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs)
+        if "ingest" in only:
+            bench_ingest(trainyard, work, args.ingest_clients, args.ingest_points,
+                         args.ingest_seconds)
         if "heartbeat" in only:
             try:
                 bench_heartbeat(trainyard, work, args.hb_agents, args.hb_procs, args.hb_seconds)

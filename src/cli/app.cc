@@ -5,8 +5,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "cli/client_cmd.h"
 #include "cli/agent_cmd.h"
+#include "cli/client_cmd.h"
+#include "cli/runs_cmd.h"
 #include "cli/sched_cmd.h"
 #include "cli/server_cmd.h"
 #include "cli/sim_cmd.h"
@@ -56,6 +57,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   AddServerCommand(app, exit_code, out, err);
   AddUpCommand(app, exit_code, out, err);
   AddClientCommands(app, exit_code, out, err);
+  AddRunsCommands(app, exit_code, out, err);
   std::string version_output = "text";
   AddVersionCommand(app, version_output, exit_code, out);
 

@@ -13,193 +13,12 @@
 #include <thread>
 
 #include "cli/app.h"
+#include "cli/client.h"
 #include "cli/server_cmd.h"
 #include "core/units.h"
 #include "http/tls.h"
 
 namespace trainyard::cli {
-namespace {
-
-using nlohmann::json;
-
-struct Common {
-  std::string server;
-  std::string data_dir;
-  std::string output = "text";
-  std::string ca_cert;     // https: verify the server against it; empty: the system's store
-  std::string token_file;  // the API token; see Api::Connect
-};
-
-// A failed call: the message to print and the exit status.
-struct Failure {
-  std::string message;
-  int exit_code = kExitFailure;
-};
-
-class Api {
- public:
-  static std::variant<Api, Failure> Connect(const Common& c) {
-    std::string url = c.server;
-    if (url.empty()) {
-      if (const char* env = std::getenv("TRAINYARD_SERVER"); env != nullptr && *env) url = env;
-    }
-    if (url.empty()) {
-      const std::string dir = c.data_dir.empty() ? DefaultDataDir() : c.data_dir;
-      std::ifstream in(dir + "/server.url");
-      std::getline(in, url);
-      if (url.empty()) {
-        return Failure{
-            "no server: pass --server URL, set TRAINYARD_SERVER, or start one with "
-            "`trainyard up` (looked for " +
-            dir + "/server.url)"};
-      }
-    }
-    while (!url.empty() && url.back() == '/') url.pop_back();
-    Api api(url, c.ca_cert);
-    // The API token: TRAINYARD_TOKEN, else the file --token-file names, else the one
-    // `trainyard up` / the server's first start wrote to DATA_DIR/token. Never a flag
-    // value (it would show in `ps`).
-    if (const char* env = std::getenv("TRAINYARD_TOKEN"); env != nullptr && *env) {
-      api.token_ = env;
-    } else {
-      const std::string file =
-          !c.token_file.empty() ? c.token_file
-                                : (c.data_dir.empty() ? DefaultDataDir() : c.data_dir) + "/token";
-      std::ifstream in(file);
-      std::getline(in, api.token_);
-      if (!in && !c.token_file.empty()) {
-        return Failure{"--token-file: cannot read " + c.token_file};
-      }
-    }
-    while (!api.token_.empty() && std::isspace(static_cast<unsigned char>(api.token_.back()))) {
-      api.token_.pop_back();
-    }
-    if (!api.token_.empty()) {
-      api.client_->set_default_headers({{"Authorization", "Bearer " + api.token_}});
-    }
-    return api;
-  }
-
-  // The JSON body of a 2xx answer, or a Failure naming the problem.
-  std::variant<json, Failure> Call(const std::string& method, const std::string& path,
-                                   const std::string& body = "") {
-    httplib::Result res = method == "GET"      ? client_->Get(path.c_str())
-                          : method == "DELETE" ? client_->Delete(path.c_str())
-                          : method == "PATCH"
-                              ? client_->Patch(path.c_str(), body, "application/json")
-                          : method == "PUT" ? client_->Put(path.c_str(), body, "application/json")
-                                            : client_->Post(path.c_str(), body, "application/yaml");
-    if (!res) {
-      return Failure{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())};
-    }
-    json j = json::parse(res->body, nullptr, false);
-    if (res->status / 100 != 2) {
-      std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
-                            ? j["error"].get<std::string>()
-                            : "HTTP " + std::to_string(res->status);
-      if (res->status == 401) {
-        msg += token_.empty() ? " (no token found: set TRAINYARD_TOKEN or pass --token-file)" : "";
-      }
-      return Failure{msg, res->status == 400 || res->status == 413 ? kExitUsage : kExitFailure};
-    }
-    if (j.is_discarded()) return Failure{"the server's answer is not JSON"};
-    return j;
-  }
-
-  httplib::Client& client() { return *client_; }
-
- private:
-  Api(std::string url, const std::string& ca_cert)
-      : url_(std::move(url)), client_(std::make_shared<httplib::Client>(url_)) {
-    http::VerifyServer(*client_, ca_cert);
-    client_->set_read_timeout(60, 0);
-    client_->set_connection_timeout(5, 0);
-    // The body follows the headers in a second write: without this it waits for the
-    // server's delayed ACK (40 ms).
-    client_->set_tcp_nodelay(true);
-  }
-  std::string url_;
-  std::shared_ptr<httplib::Client> client_;
-  std::string token_;
-};
-
-std::string Pad(std::string s, size_t w) {
-  if (s.size() < w) s.append(w - s.size(), ' ');
-  return s;
-}
-
-// Prints rows as aligned columns.
-void Table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& r : rows) {
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (width.size() <= i) width.push_back(0);
-      width[i] = std::max(width[i], r[i].size());
-    }
-  }
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) line += i + 1 < r.size() ? Pad(r[i], width[i] + 2) : r[i];
-    out << line << "\n";
-  }
-}
-
-std::string Str(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
-}
-
-std::string Age(int64_t since_ms) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  return FormatDuration(Duration((std::max<int64_t>(0, now - since_ms) / 1000) * 1000));
-}
-
-// Runs `body` with a connected Api; prints failures as one line.
-template <typename Body>
-int WithApi(const Common& c, std::ostream& err, const std::string& cmd, Body body) {
-  auto api = Api::Connect(c);
-  if (auto* f = std::get_if<Failure>(&api)) {
-    err << "trainyard " << cmd << ": " << f->message << "\n";
-    return f->exit_code;
-  }
-  std::optional<Failure> failure = body(std::get<Api>(api));
-  if (failure) {
-    err << "trainyard " << cmd << ": " << failure->message << "\n";
-    return failure->exit_code;
-  }
-  return kExitOk;
-}
-
-#define TY_CALL(var, expr)                                      \
-  auto var##_result = (expr);                                   \
-  if (auto* f = std::get_if<Failure>(&var##_result)) return *f; \
-  json var = std::move(std::get<json>(var##_result))
-
-void AddCommon(CLI::App* cmd, Common& c, bool output) {
-  cmd->add_option("--server", c.server,
-                  "Server URL (else $TRAINYARD_SERVER, else DATA_DIR/server.url)");
-  cmd->add_option("--data-dir", c.data_dir, "Local cluster data dir holding server.url and token");
-  cmd->add_option("--token-file", c.token_file,
-                  "File holding the API token (default: $TRAINYARD_TOKEN, else DATA_DIR/token)");
-  cmd->add_option("--ca-cert", c.ca_cert,
-                  "PEM file of the CA (or the server certificate) to verify an https:// server "
-                  "with (default: the system's CA store); see docs/tls.md")
-      ->envname("TRAINYARD_CA_CERT");
-  if (output) {
-    cmd->add_option("-o,--output", c.output, "Output format")
-        ->check(CLI::IsMember({"text", "json"}))
-        ->capture_default_str();
-  }
-}
-
-bool Terminal(const std::string& state) {
-  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
-}
-
-}  // namespace
 
 void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
   // --- submit ---
@@ -209,6 +28,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       std::string file;
       std::string array;
       bool wait = false;
+      bool no_code = false;
     };
     auto f = std::make_shared<F>();
     CLI::App* cmd = app.add_subcommand(
@@ -217,6 +37,9 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     cmd->add_option("file", f->file, "Job spec file; - reads standard input")->required();
     cmd->add_option("--array", f->array, "Job array: one job per index, e.g. 1-1000, 0-9:2, 1,3,5");
     cmd->add_flag("--wait", f->wait, "Wait until the job finishes; exit 0 only if it succeeded");
+    cmd->add_flag("--no-code", f->no_code,
+                  "Do not record the git commit of the spec's directory as the run's code "
+                  "version (experiment.code: auto)");
     cmd->callback([f, &exit_code, &out, &err] {
       std::string text;
       if (f->file == "-") {
@@ -234,9 +57,15 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         ss << in.rdbuf();
         text = ss.str();
       }
+      // The code version of the run: the commit of the git tree the spec lives in (the
+      // working directory for standard input), "-dirty" when it has uncommitted changes.
+      const std::string code = f->no_code ? "" : GitCodeVersion(f->file == "-" ? "." : f->file);
       exit_code = WithApi(f->c, err, "submit", [&](Api& api) -> std::optional<Failure> {
         std::string path = "/api/v1/jobs";
-        if (!f->array.empty()) path += "?array=" + httplib::detail::encode_query_param(f->array);
+        std::string query;
+        if (!f->array.empty()) query += "&array=" + httplib::detail::encode_query_param(f->array);
+        if (!code.empty()) query += "&code=" + code;
+        if (!query.empty()) path += "?" + query.substr(1);
         TY_CALL(res, api.Call("POST", path, text));
         const int64_t id = res.value("id", int64_t{0});
         if (f->c.output == "json") {

@@ -11,6 +11,11 @@
 #include "core/job_text.h"
 #include "core/names.h"
 #include "core/spec_codec.h"
+#include "server/metrics_page.h"
+#include "track/chrome_trace.h"
+#include "track/ingest.h"
+#include "track/runs.h"
+#include "track/series_store.h"
 
 namespace trainyard::server {
 namespace {
@@ -168,7 +173,7 @@ Result<std::vector<int64_t>> ParseArrayRange(std::string_view text) {
 }
 
 Result<SubmitRequestParams> ParseSubmit(std::string_view body, const Params& params) {
-  TY_RETURN_IF_ERROR(CheckParams(params, {"array"}));
+  TY_RETURN_IF_ERROR(CheckParams(params, {"array", "code"}));
   if (body.size() > kMaxSubmitBytes) {
     return ResourceExhausted("job spec is " + std::to_string(body.size()) +
                              " bytes; the limit is " + std::to_string(kMaxSubmitBytes));
@@ -197,6 +202,13 @@ Result<SubmitRequestParams> ParseSubmit(std::string_view body, const Params& par
     }
   } else {
     out.specs.push_back(std::move(*parsed.spec));
+  }
+  // `code`: the commit the submitter's working tree is at (the CLI captures it), for
+  // specs that leave experiment.code to be captured ("auto"). Validated with the spec.
+  if (auto code = Param(params, "code")) {
+    for (JobSpec& s : out.specs) {
+      if (s.experiment.code == "auto") s.experiment.code = std::string(*code);
+    }
   }
   return out;
 }
@@ -527,6 +539,14 @@ std::optional<CheckpointReport> CheckpointLine(const json& line) {
 
 namespace {
 
+// The GPU type a run's MFU is measured against: its spec's, else that of the node its
+// latest attempt's first rank ran on (`gpu_type_of_node` answers "" when unknown).
+void FillGpuType(track::RunRecord& run, const Job& job,
+                 const std::function<std::string(const std::string&)>& gpu_type_of_node) {
+  if (!run.gpu_type.empty() || job.attempts.empty() || job.attempts.back().nodes.empty()) return;
+  run.gpu_type = gpu_type_of_node(job.attempts.back().nodes.front());
+}
+
 // A user request being served: who asks, and what it is about (for the audit log).
 struct Call {
   Principal who;
@@ -637,10 +657,12 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   // A user endpoint: authenticated, rate-limited, and (unless a GET) audited. The
   // handler checks what the caller may do with the object itself.
   using UserHandler = std::function<void(const Request&, Response&, Call&)>;
-  auto user = [&](const std::string& method, const std::string& path, Action action,
-                  UserHandler handler) {
-    routes.push_back({method, v1 + path, RouteAccess::kUser, action});
-    add(method, v1 + path, [&access, method, handler](const Request& req, Response& res) {
+  // `audited` false: a data path too busy to audit request by request (metric
+  // ingestion); the caller is still authenticated, rate-limited and authorized.
+  auto user_at = [&](const std::string& method, const std::string& pattern, Action action,
+                     UserHandler handler, bool audited) {
+    routes.push_back({method, pattern, RouteAccess::kUser, action});
+    add(method, pattern, [&access, method, handler, audited](const Request& req, Response& res) {
       Call call;
       auto p = access.Authenticate(req.get_header_value("Authorization"));
       if (p.ok()) {
@@ -658,7 +680,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
       } else {
         SendError(res, p.status());
       }
-      if (method == "GET") return;
+      if (method == "GET" || (!audited && res.status < 400)) return;
       AuditEntry e;
       e.actor = p.ok() ? call.who.Actor() : "anonymous";
       e.token_id = call.who.token_id;
@@ -679,6 +701,10 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
         std::fprintf(stderr, "trainyard server: audit log: %s\n", s.message().c_str());
       }
     });
+  };
+  auto user = [&](const std::string& method, const std::string& path, Action action,
+                  UserHandler handler, bool audited = true) {
+    user_at(method, v1 + path, action, std::move(handler), audited);
   };
   // The job a request names, if the caller may `action` it.
   auto visible_job = [&cluster](const Request& req, Call& call, Action action) -> Result<JobView> {
@@ -1138,6 +1164,328 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
                                                        : ordered_json(nullptr)}});
        });
 
+  // --- runs: experiment tracking (track/) ---
+  track::SeriesStore* series = options.series;
+  auto no_series = [series](Response& res) {
+    if (series != nullptr) return false;
+    SendError(res, Unavailable("this server keeps no metric series"));
+    return true;
+  };
+  auto build_run = [series, &cluster](const Job& job) -> Result<track::RunRecord> {
+    TY_ASSIGN_OR_RETURN(auto params, series->Params(job.id));
+    TY_ASSIGN_OR_RETURN(auto infos, series->ListSeries(job.id));
+    track::RunRecord run = track::BuildRun(job, params, infos);
+    FillGpuType(run, job, [&cluster](const std::string& node) {
+      auto v = cluster.GetNode(node);
+      return v.ok() && !v->node.gpus.empty() ? v->node.gpus.front().model : std::string();
+    });
+    return run;
+  };
+  user("GET", "/runs", Action::kReadJobs,
+       [&cluster, no_series, build_run](const Request& req, Response& res, Call& call) {
+         if (no_series(res)) return;
+         if (Status s = CheckParams(req.params, {"experiment", "filter", "state", "tenant", "queue",
+                                                 "name", "after", "limit"});
+             !s.ok()) {
+           return SendError(res, s);
+         }
+         Params job_params = req.params;
+         job_params.erase("experiment");
+         job_params.erase("filter");
+         auto r = ParseListJobs(job_params);
+         if (!r.ok()) return SendError(res, r.status());
+         auto filter = track::RunFilter::Parse(Param(req.params, "filter").value_or(""),
+                                               {track::RunAttributeNames()});
+         if (!filter.ok()) return SendError(res, filter.status());
+         const std::string experiment(Param(req.params, "experiment").value_or(""));
+         if (call.who.role != Role::kClusterAdmin) {
+           if (r->filter.tenant.empty()) r->filter.tenant = call.who.tenant;
+           if (Status s = Authorize(call.who, Action::kReadJobs, {r->filter.tenant}); !s.ok()) {
+             return SendError(res, s);
+           }
+         }
+         // Runs are jobs seen through the filter: page through jobs until the page of
+         // runs is full, looking at no more than kMaxScan jobs per request.
+         constexpr int kMaxScan = 10'000;
+         const int want = r->limit;
+         ordered_json runs = ordered_json::array();
+         std::optional<JobId> next_after;
+         int scanned = 0;
+         bool more = true;
+         while (more && static_cast<int>(runs.size()) < want && scanned < kMaxScan) {
+           r->limit = 500;
+           auto page = cluster.ListJobs(*r);
+           if (!page.ok()) return SendError(res, page.status());
+           more = page->next_after_id.has_value();
+           for (const Job& j : page->jobs) {
+             ++scanned;
+             r->after_id = j.id;
+             next_after = j.id;
+             if (!experiment.empty() && j.spec.experiment.name != experiment &&
+                 !(j.spec.experiment.name.empty() && j.spec.name == experiment)) {
+               continue;
+             }
+             auto run = build_run(j);
+             if (!run.ok()) return SendError(res, run.status());
+             if (!filter->Matches(track::Filterable(*run))) continue;
+             runs.push_back(track::RenderRunSummary(*run));
+             if (static_cast<int>(runs.size()) == want || scanned == kMaxScan) break;
+           }
+         }
+         if (!more && (static_cast<int>(runs.size()) < want)) next_after.reset();
+         SendJson(res, 200,
+                  {{"runs", std::move(runs)},
+                   {"next_after", next_after ? ordered_json(*next_after) : ordered_json(nullptr)}});
+       });
+  user("GET", "/runs/compare", Action::kReadJobs,
+       [&cluster, no_series, build_run](const Request& req, Response& res, Call& call) {
+         if (no_series(res)) return;
+         if (Status s = CheckParams(req.params, {"ids"}); !s.ok()) return SendError(res, s);
+         std::string_view ids = Param(req.params, "ids").value_or("");
+         std::vector<track::RunRecord> runs;
+         while (!ids.empty()) {
+           size_t comma = ids.find(',');
+           std::string_view one = ids.substr(0, comma);
+           ids = comma == std::string_view::npos ? std::string_view() : ids.substr(comma + 1);
+           auto id = ParseJobId(one);
+           if (!id.ok()) return SendError(res, id.status());
+           auto v = cluster.GetJob(*id);
+           if (!v.ok()) return SendError(res, v.status());
+           if (Status s =
+                   Authorize(call.who, Action::kReadJobs,
+                             {v->job.spec.tenant, std::string(UserOfActor(v->job.submitted_by))});
+               !s.ok()) {
+             return SendError(res, s);
+           }
+           auto run = build_run(v->job);
+           if (!run.ok()) return SendError(res, run.status());
+           runs.push_back(std::move(*run));
+           if (runs.size() > 20) {
+             return SendError(res, InvalidArgument("ids: at most 20 runs to compare"));
+           }
+         }
+         if (runs.size() < 2) {
+           return SendError(res, InvalidArgument("ids: name at least two runs, e.g. ids=4,7"));
+         }
+         SendJson(res, 200, track::CompareRuns(runs));
+       });
+  user("GET", R"(/runs/([^/]+))", Action::kReadJobs,
+       [visible_job, no_series, build_run](const Request& req, Response& res, Call& call) {
+         if (no_series(res)) return;
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         auto run = build_run(v->job);
+         if (!run.ok()) return SendError(res, run.status());
+         SendJson(res, 200, track::RenderRun(*run));
+       });
+  user("GET", R"(/runs/([^/]+)/metrics)", Action::kReadJobs,
+       [visible_job, no_series, series](const Request& req, Response& res, Call& call) {
+         if (no_series(res)) return;
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         auto infos = series->ListSeries(v->job.id);
+         if (!infos.ok()) return SendError(res, infos.status());
+         ordered_json out = ordered_json::array();
+         for (const track::SeriesInfo& i : *infos) {
+           out.push_back({{"key", i.key},
+                          {"rank", i.rank},
+                          {"count", i.count},
+                          {"nan_count", i.nan_count},
+                          {"first_step", i.first_step},
+                          {"last_step", i.last.step},
+                          {"last_time_ms", i.last.time_ms},
+                          {"last", track::JsonNumber(i.last.value)},
+                          {"min", track::JsonNumber(i.min)},
+                          {"max", track::JsonNumber(i.max)}});
+         }
+         SendJson(res, 200, {{"series", std::move(out)}});
+       });
+  user("GET", R"(/runs/([^/]+)/metrics/(.+))", Action::kReadJobs,
+       [visible_job, no_series, series](const Request& req, Response& res, Call& call) {
+         if (no_series(res)) return;
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         if (Status s = CheckParams(req.params, {"rank", "from", "to", "buckets"}); !s.ok()) {
+           return SendError(res, s);
+         }
+         const std::string key = req.matches[2].str();
+         if (!track::IsValidKey(key)) {
+           return SendError(res,
+                            InvalidArgument("key " + QuoteForMessage(key) +
+                                            ": must be 1-128 characters of A-Z a-z 0-9 _ . / -"));
+         }
+         track::SeriesRange range;
+         std::optional<int32_t> rank;
+         auto parse = [&]() -> Status {
+           if (auto p = Param(req.params, "rank")) {
+             TY_ASSIGN_OR_RETURN(int64_t r, ParseInt("rank", *p, 0, 1'000'000));
+             rank = static_cast<int32_t>(r);
+           }
+           if (auto p = Param(req.params, "from")) {
+             TY_ASSIGN_OR_RETURN(range.from_step, ParseInt("from", *p, INT64_MIN, INT64_MAX));
+           }
+           if (auto p = Param(req.params, "to")) {
+             TY_ASSIGN_OR_RETURN(range.to_step, ParseInt("to", *p, INT64_MIN, INT64_MAX));
+           }
+           if (auto p = Param(req.params, "buckets")) {
+             TY_ASSIGN_OR_RETURN(int64_t b, ParseInt("buckets", *p, 0, 100'000));
+             range.buckets = static_cast<int32_t>(b);
+           }
+           return Status::Ok();
+         };
+         if (Status s = parse(); !s.ok()) return SendError(res, s);
+         if (!rank) {
+           // The lowest rank that logged the key.
+           auto infos = series->ListSeries(v->job.id);
+           if (!infos.ok()) return SendError(res, infos.status());
+           for (const track::SeriesInfo& i : *infos) {
+             if (i.key == key) {
+               rank = i.rank;
+               break;
+             }
+           }
+           if (!rank) {
+             return SendError(res, NotFound("run " + std::to_string(v->job.id) + " has no metric " +
+                                            QuoteForMessage(key)));
+           }
+         }
+         auto buckets = series->Read(v->job.id, key, *rank, range);
+         if (!buckets.ok()) return SendError(res, buckets.status());
+         ordered_json out = {
+             {"run", v->job.id}, {"key", key}, {"rank", *rank}, {"buckets", range.buckets}};
+         out["points"] = track::RenderBuckets(*buckets);
+         SendJson(res, 200, out);
+       });
+  user(
+      "POST", R"(/runs/([^/]+)/metrics)", Action::kManageJob,
+      [visible_job, no_series, series](const Request& req, Response& res, Call& call) {
+        if (no_series(res)) return;
+        auto v = visible_job(req, call, Action::kManageJob);
+        if (!v.ok()) return SendError(res, v.status());
+        if (Status s = CheckParams(req.params, {"rank"}); !s.ok()) return SendError(res, s);
+        const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+        Result<track::IngestBatch> batch = InvalidArgument("unreachable");
+        if (req.get_header_value("Content-Type").starts_with("text/plain")) {
+          int64_t rank = 0;
+          if (auto p = Param(req.params, "rank")) {
+            auto r = ParseInt("rank", *p, 0, 1'000'000);
+            if (!r.ok()) return SendError(res, r.status());
+            rank = *r;
+          }
+          batch = track::ParseBatchText(v->job.id, static_cast<int32_t>(rank), req.body, now_ms);
+        } else {
+          batch = track::ParseBatchJson(v->job.id, req.body, now_ms);
+        }
+        if (!batch.ok()) return SendError(res, batch.status());
+        if (Status s = series->Append(batch->appends); !s.ok()) return SendError(res, s);
+        if (Status s = series->PutParams(v->job.id, batch->params); !s.ok()) {
+          return SendError(res, s);
+        }
+        SendJson(res, 200,
+                 {{"points", batch->points},
+                  {"series", batch->appends.size()},
+                  {"params", batch->params.size()}});
+      },
+      /*audited=*/false);
+  user("GET", R"(/jobs/([^/]+)/trace)", Action::kReadJobs,
+       [&cluster, visible_job, series](const Request& req, Response& res, Call& call) {
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         if (Status s = CheckParams(req.params, {"format", "steps"}); !s.ok()) {
+           return SendError(res, s);
+         }
+         const std::string format(Param(req.params, "format").value_or("chrome"));
+         if (format != "chrome" && format != "otlp") {
+           return SendError(res, InvalidArgument("format: must be chrome or otlp, got " +
+                                                 QuoteForMessage(format)));
+         }
+         int64_t max_steps = 10'000;
+         if (auto p = Param(req.params, "steps")) {
+           auto n = ParseInt("steps", *p, 0, 1'000'000);
+           if (!n.ok()) return SendError(res, n.status());
+           max_steps = *n;
+         }
+         track::TraceInput in;
+         in.job = &v->job;
+         in.now = Timestamp(std::chrono::duration_cast<Duration>(
+             std::chrono::system_clock::now().time_since_epoch()));
+         int64_t after = 0;
+         while (true) {
+           auto page = cluster.ListEvents(v->job.id, after, 1000);
+           if (!page.ok()) return SendError(res, page.status());
+           in.events.insert(in.events.end(), page->events.begin(), page->events.end());
+           if (!page->next_after_seq) break;
+           after = *page->next_after_seq;
+         }
+         if (series != nullptr) {
+           auto spans = track::TraceSpansFromSeries(*series, v->job, max_steps);
+           if (!spans.ok()) return SendError(res, spans.status());
+           in.steps = std::move(spans->steps);
+           in.checkpoints = std::move(spans->checkpoints);
+         }
+         json out = format == "otlp" ? track::JobTraceOtlp(in, "trainyard") : track::JobTrace(in);
+         res.status = 200;
+         res.set_content(out.dump() + "\n", "application/json");
+       });
+
+  // --- Prometheus: GET /metrics (docs/metrics.md) ---
+  user_at(
+      "GET", "/metrics", Action::kReadCluster,
+      [&cluster, series](const Request&, Response& res, Call& call) {
+        MetricsPage page;
+        page.now = Timestamp(std::chrono::duration_cast<Duration>(
+            std::chrono::system_clock::now().time_since_epoch()));
+        page.nodes = cluster.ListNodes();
+        page.queues = cluster.ListQueues();
+        page.cluster = cluster.Metrics();
+        // Running jobs' progress, of the tenants the caller may read.
+        ListJobsRequest r;
+        r.filter.states = {JobState::kRunning};
+        if (call.who.role != Role::kClusterAdmin) r.filter.tenant = call.who.tenant;
+        std::map<std::string, std::string> gpu_type_of_node;
+        for (const NodeView& v : page.nodes) {
+          if (!v.node.gpus.empty()) gpu_type_of_node[v.node.name] = v.node.gpus.front().model;
+        }
+        while (series != nullptr) {
+          r.limit = 500;
+          auto jobs = cluster.ListJobs(r);
+          if (!jobs.ok()) return SendError(res, jobs.status());
+          for (const Job& j : jobs->jobs) {
+            r.after_id = j.id;
+            auto params = series->Params(j.id);
+            auto infos = series->ListSeries(j.id);
+            if (!params.ok() || !infos.ok()) continue;
+            track::RunRecord run = track::BuildRun(j, *params, *infos);
+            FillGpuType(run, j, [&gpu_type_of_node](const std::string& node) {
+              auto it = gpu_type_of_node.find(node);
+              return it == gpu_type_of_node.end() ? std::string() : it->second;
+            });
+            JobProgress p;
+            p.id = j.id;
+            p.name = j.spec.name;
+            p.tenant = j.spec.tenant;
+            p.queue = j.spec.queue;
+            p.attempts = static_cast<int32_t>(j.attempts.size());
+            for (const auto& [key, m] : run.metrics) {
+              if (!p.step || m.last_step > *p.step) p.step = m.last_step;
+              p.latest[key] = m.last;
+            }
+            if (auto mfu = track::RunMfu(run)) p.mfu = mfu->value;
+            if (j.checkpoint) {
+              p.checkpoint_age_seconds =
+                  std::chrono::duration<double>(page.now - j.checkpoint->completed_at).count();
+            }
+            page.jobs.push_back(std::move(p));
+          }
+          if (!jobs->next_after_id) break;
+        }
+        res.status = 200;
+        res.set_content(RenderMetricsPage(page), "text/plain; version=0.0.4; charset=utf-8");
+      },
+      /*audited=*/false);
+
   // --- agents ---
   const std::string token = options.join_token;
   for (const char* path :
@@ -1217,47 +1565,59 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     if (!next.ok()) return SendError(res, next.status());
     SendJson(res, 200, {{"next_offset", *next}});
   });
-  http.Post(
-      v1 + "/agent/metrics", [&cluster, &logs, authorized](const Request& req, Response& res) {
-        if (!authorized(req, res)) return;
-        auto j = ParseJsonBody(req.body, "metrics");
-        if (!j.ok()) return SendError(res, j.status());
-        auto t = ParseTaskRef(*j, "metrics");
-        if (!t.ok()) return SendError(res, t.status());
-        auto lines = j->find("lines");
-        if (lines == j->end() || !lines->is_array()) {
-          return SendError(res, InvalidArgument("metrics.lines: required, a list of objects"));
-        }
-        // The agent's file offset after these lines: sent as end_offset when the agent
-        // knows it; otherwise estimated from the lines as serialised here.
-        int64_t end = t->offset;
-        std::vector<std::string> keep;
-        std::vector<CheckpointReport> checkpoints;
-        for (const json& line : *lines) {
-          std::string text = line.dump();
-          end += static_cast<int64_t>(text.size()) + 1;
-          if (!line.is_object()) continue;
-          if (auto c = CheckpointLine(line)) {
-            checkpoints.push_back(std::move(*c));
-          } else {
-            keep.push_back(std::move(text));
-          }
-        }
-        if (auto e = j->find("end_offset"); e != j->end() && e->is_number_integer()) {
-          end = std::max(t->offset, e->get<int64_t>());
-        }
-        auto next = logs.AppendMetrics(t->job, t->attempt, t->rank, t->offset, end, keep);
-        if (!next.ok()) return SendError(res, next.status());
-        // Only lines not seen before (next == end) report their checkpoints.
-        if (*next == end) {
-          for (const CheckpointReport& c : checkpoints) {
-            Status s = cluster.ReportCheckpoint(t->job, c, "agent:" + t->node);
-            // A checkpoint of a job that has just stopped is of no use any more.
-            s.IgnoreError();
-          }
-        }
-        SendJson(res, 200, {{"next_offset", *next}});
-      });
+  http.Post(v1 + "/agent/metrics", [&cluster, &logs, authorized, series](const Request& req,
+                                                                         Response& res) {
+    if (!authorized(req, res)) return;
+    auto j = ParseJsonBody(req.body, "metrics");
+    if (!j.ok()) return SendError(res, j.status());
+    auto t = ParseTaskRef(*j, "metrics");
+    if (!t.ok()) return SendError(res, t.status());
+    auto lines = j->find("lines");
+    if (lines == j->end() || !lines->is_array()) {
+      return SendError(res, InvalidArgument("metrics.lines: required, a list of objects"));
+    }
+    // The agent's file offset after these lines: sent as end_offset when the agent
+    // knows it; otherwise estimated from the lines as serialised here.
+    int64_t end = t->offset;
+    std::vector<std::string> keep;
+    std::vector<CheckpointReport> checkpoints;
+    for (const json& line : *lines) {
+      std::string text = line.dump();
+      end += static_cast<int64_t>(text.size()) + 1;
+      if (!line.is_object()) continue;
+      if (auto c = CheckpointLine(line)) {
+        checkpoints.push_back(std::move(*c));
+      } else {
+        keep.push_back(std::move(text));
+      }
+    }
+    if (auto e = j->find("end_offset"); e != j->end() && e->is_number_integer()) {
+      end = std::max(t->offset, e->get<int64_t>());
+    }
+    auto next = logs.AppendMetrics(t->job, t->attempt, t->rank, t->offset, end, keep);
+    if (!next.ok()) return SendError(res, next.status());
+    // Only lines not seen before (next == end) are recorded in the run and report
+    // their checkpoints.
+    if (*next == end && series != nullptr) {
+      track::IngestBatch batch = track::DecodeRecords(t->job, t->rank, *lines);
+      Status s = series->Append(batch.appends);
+      if (s.ok()) s = series->PutParams(t->job, batch.params);
+      if (!s.ok()) {
+        // The lines are filed (the agent will not resend them); losing them from the
+        // series is reported rather than failing the agent's upload.
+        std::fprintf(stderr, "trainyard server: metrics of job %lld: %s\n",
+                     static_cast<long long>(t->job), s.ToString().c_str());
+      }
+    }
+    if (*next == end) {
+      for (const CheckpointReport& c : checkpoints) {
+        Status s = cluster.ReportCheckpoint(t->job, c, "agent:" + t->node);
+        // A checkpoint of a job that has just stopped is of no use any more.
+        s.IgnoreError();
+      }
+    }
+    SendJson(res, 200, {{"next_offset", *next}});
+  });
   return routes;
 }
 

@@ -32,6 +32,10 @@ namespace httplib {
 class Server;
 }
 
+namespace trainyard::track {
+class SeriesStore;
+}
+
 namespace trainyard::server {
 
 inline constexpr size_t kMaxRequestBytes = 4 << 20;    // whole request body
@@ -46,7 +50,8 @@ int HttpStatusFor(const Status& s);
 
 // "1-1000", "0-9:2" (step), "1,3,5-7". Indices 0..1e9, at most kMaxArrayJobs.
 Result<std::vector<int64_t>> ParseArrayRange(std::string_view text);
-// A submission body (YAML, JSON or #SBATCH) and its query (`array`).
+// A submission body (YAML, JSON or #SBATCH) and its query: `array`, and `code`, the
+// git commit ("-dirty" appended when uncommitted changes) for experiment.code auto.
 struct SubmitRequestParams {
   std::vector<JobSpec> specs;
   std::vector<std::string> warnings;
@@ -75,6 +80,9 @@ nlohmann::ordered_json RenderTenant(const Tenant& tenant);
 
 struct ApiOptions {
   std::string join_token;  // agents must send it as a Bearer token
+  // Where runs' metric series and logged params go (experiment tracking); without
+  // one the /runs endpoints answer 503 and agents' metrics lines are only filed.
+  track::SeriesStore* series = nullptr;
 };
 
 // Who may call a route: anyone (health checks), agents (the join token), or users

@@ -8,8 +8,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "server/api.h"
 #include "server/http_testing.h"
 #include "store/memory_store.h"
+#include "track/series_store.h"
 
 namespace trainyard::server {
 namespace {
@@ -99,7 +102,14 @@ class AuthzTest : public ::testing::Test {
     node.simulated = true;
     ASSERT_TRUE(cluster_->Register(node).ok());
 
-    routes_ = InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"join-secret"});
+    const std::string db =
+        ::testing::TempDir() + "/authz_test_series_" + std::to_string(getpid()) + ".db";
+    std::filesystem::remove(db);
+    auto opened = track::SeriesStore::Open(db);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    series_ = std::move(*opened);
+    routes_ =
+        InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"join-secret", series_.get()});
     port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -161,6 +171,13 @@ class AuthzTest : public ::testing::Test {
     return t.ok() ? t->token.id : "";
   }
   std::string Fresh() { return "new-" + std::to_string(++serial_); }
+  // A new job of `scope` that has logged a few points of "loss".
+  std::string NewJobWithLoss(const Caller& caller, Scope scope) {
+    const std::string id = NewJob(caller, scope);
+    EXPECT_TRUE(
+        series_->Append({{std::stoll(id), 0, "loss", {{1, 1000, 2.5}, {2, 2000, 2.4}}}}).ok());
+    return id;
+  }
   // A new empty queue of `scope`'s tenant, to change or delete.
   std::string NewQueue(Scope scope) {
     const std::string name = Fresh();
@@ -187,6 +204,7 @@ class AuthzTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<track::SeriesStore> series_;
   std::unique_ptr<AccessControl> access_;
   Principal admin_;
   std::map<std::string, std::string> tokens_;  // user -> token text
@@ -271,6 +289,45 @@ const std::map<std::string, Rule>& Rules() {
       {"POST /api/v1/jobs/([^/]+)/release", JobManage("release")},
       {"POST /api/v1/jobs/([^/]+)/checkpoint",
        JobManage("checkpoint", R"({"path": "/ck/1", "step": 1})")},
+      {"GET /api/v1/jobs/([^/]+)/trace", JobRead("/trace")},
+      {"GET /api/v1/runs",
+       {kTenants,
+        [](AuthzTest&, const Caller&, Scope s) {
+          return Request{"/api/v1/runs?tenant=" + AuthzTest::TenantOf(s), ""};
+        },
+        TenantReader}},
+      {"GET /api/v1/runs/compare",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/runs/compare?ids=" + t.NewJob(c, s) + "," + t.NewJob(c, s), ""};
+        },
+        TenantReader}},
+      {"GET /api/v1/runs/([^/]+)",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/runs/" + t.NewJob(c, s), ""};
+        },
+        TenantReader}},
+      {"GET /api/v1/runs/([^/]+)/metrics",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/runs/" + t.NewJob(c, s) + "/metrics", ""};
+        },
+        TenantReader}},
+      {"GET /api/v1/runs/([^/]+)/metrics/(.+)",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/runs/" + t.NewJobWithLoss(c, s) + "/metrics/loss?buckets=10", ""};
+        },
+        TenantReader}},
+      {"POST /api/v1/runs/([^/]+)/metrics",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{"/api/v1/runs/" + t.NewJob(c, s) + "/metrics",
+                         R"({"series": [{"key": "loss", "steps": [1], "values": [2.5]}]})"};
+        },
+        JobManager}},
+      {"GET /metrics", ClusterRead("/metrics")},
       {"GET /api/v1/nodes", ClusterRead("/api/v1/nodes")},
       {"GET /api/v1/nodes/([^/]+)", ClusterRead("/api/v1/nodes/node-0")},
       {"POST /api/v1/nodes/([^/]+)/cordon", NodeManage("cordon")},
@@ -384,6 +441,7 @@ TEST_F(AuthzTest, EveryUserRouteHasARuleAndEveryRuleARoute) {
 std::string Shape(std::string path) {
   if (path.starts_with("/api/v1")) path.erase(0, 7);
   for (size_t at; (at = path.find("([^/]+)")) != std::string::npos;) path.replace(at, 7, "{}");
+  for (size_t at; (at = path.find("(.+)")) != std::string::npos;) path.replace(at, 4, "{}");
   for (size_t at = 0; (at = path.find('{', at)) != std::string::npos; ++at) {
     const size_t end = path.find('}', at);
     if (end != std::string::npos) path.replace(at + 1, end - at - 1, "");

@@ -102,6 +102,7 @@ struct NodeEntry {
   bool healthy = true;
   std::string health_message;
   Timestamp last_heartbeat{};
+  std::vector<GpuTelemetry> telemetry;  // from the last heartbeat
   NodeState admin = NodeState::kReady;  // Ready, Cordoned or Draining
   std::deque<Command> commands;
   // What this node's long polls wait on (one per node, so that an event for one node
@@ -289,7 +290,83 @@ class Cluster::Impl {
 
  private:
   // REQUIRES (all *Locked and the helpers below): mu_ held.
-  Status CommitLocked(const store::WriteBatch& batch) { return store_->Commit(batch); }
+  Status CommitLocked(const store::WriteBatch& batch) {
+    TY_RETURN_IF_ERROR(store_->Commit(batch));
+    CountCommitted(batch);
+    return Status::Ok();
+  }
+
+ public:
+  // Counts what a committed batch did, by its job events: submissions, preemption
+  // notices, finished jobs, and the work lost by attempts that ended early.
+  void CountCommitted(const store::WriteBatch& batch) {
+    std::map<JobId, const Job*> jobs;
+    for (const auto& op : batch.ops()) {
+      if (const auto* put = std::get_if<store::WriteBatch::PutJobOp>(&op))
+        jobs[put->job.id] = &put->job;
+    }
+    std::lock_guard lk(metrics_mu_);
+    for (const auto& op : batch.ops()) {
+      const auto* ev = std::get_if<store::WriteBatch::AppendEventOp>(&op);
+      if (ev == nullptr) continue;
+      auto it = jobs.find(ev->event.job_id);
+      if (it == jobs.end()) continue;
+      const Job& job = *it->second;
+      const ClusterMetrics::TenantQueue tq{job.spec.tenant, job.spec.queue};
+      const std::string& kind = ev->event.kind;
+      if (kind == "Submitted") {
+        ++metrics_.submitted[tq];
+      } else if (kind == "Preempting") {
+        ++metrics_.preemptions[tq];
+      }
+      if (kind == "Succeeded" || kind == "Failed" || kind == "Cancelled") {
+        ++metrics_.finished[{tq.first, tq.second, kind}];
+      }
+      if ((kind == "Requeued" || kind == "Failed" || kind == "Retrying") && !job.attempts.empty() &&
+          job.attempts.back().end_time == ev->event.time) {
+        const double gpus = static_cast<double>(job.spec.replicas) *
+                            static_cast<double>(std::max<int64_t>(job.spec.resources.gpus, 0));
+        metrics_.lost_work_gpu_seconds[tq] +=
+            gpus * static_cast<double>(job.attempts.back().lost_work.count()) / 1000.0;
+      }
+    }
+  }
+
+  ClusterMetrics Metrics() {
+    ClusterMetrics out;
+    {
+      std::lock_guard lk(metrics_mu_);
+      out = metrics_;
+    }
+    out.pass_bounds = kPassBounds;
+    {
+      std::lock_guard lk(metrics_mu_);
+      out.pass_counts = pass_counts_;
+      out.pass_seconds_sum = pass_seconds_sum_;
+    }
+    std::lock_guard lk(mu_);
+    for (const auto& [id, e] : jobs_) {
+      ++out.jobs[{e.job.spec.tenant, e.job.spec.queue, std::string(JobStateName(e.job.state))}];
+    }
+    return out;
+  }
+
+  void ObservePassDuration(double seconds) {
+    std::lock_guard lk(metrics_mu_);
+    if (pass_counts_.empty()) pass_counts_.assign(kPassBounds.size() + 1, 0);
+    size_t i = 0;
+    while (i < kPassBounds.size() && seconds > kPassBounds[i]) ++i;
+    ++pass_counts_[i];
+    pass_seconds_sum_ += seconds;
+  }
+
+ private:
+  inline static const std::vector<double> kPassBounds = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  std::mutex metrics_mu_;
+  ClusterMetrics metrics_;             // GUARDED_BY(metrics_mu_): the counters
+  std::vector<uint64_t> pass_counts_;  // GUARDED_BY(metrics_mu_)
+  double pass_seconds_sum_ = 0;        // GUARDED_BY(metrics_mu_)
   // Everything of the snapshot but its Pending jobs, whose views (ascending id) go to
   // `pending`: copying them into the snapshot is left to FillPending, outside mu_.
   sched::Snapshot SnapshotLocked(std::vector<std::shared_ptr<const PendingView>>& pending);
@@ -706,6 +783,7 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
     r->result = std::move(ids);
   }
   if (Status s = store_->Commit(batch); !s.ok()) return fail_all(s);
+  CountCommitted(batch);
   {
     std::lock_guard lk(mu_);
     for (Tenant& t : new_tenants) tenants_[t.name] = t;
@@ -938,6 +1016,7 @@ std::vector<NodeView> Cluster::Impl::ListNodes() {
     v.simulated = n.simulated;
     v.connected = n.connected;
     v.last_heartbeat = n.last_heartbeat;
+    v.telemetry = n.telemetry;
     views[name] = std::move(v);
   }
   for (const auto& [id, e] : jobs_) {
@@ -1551,6 +1630,7 @@ Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat&
   NodeEntry& n = nit->second;
   const Timestamp now = clock_->Now();
   n.last_heartbeat = now;
+  n.telemetry = hb.gpus;
   if (n.healthy != hb.health_ok) {
     n.healthy = hb.health_ok;
     n.health_message = hb.health_message;
@@ -1942,5 +2022,7 @@ bool Cluster::NeedsPass() { return impl_->NeedsPass(); }
 void Cluster::WaitForWork(Duration wait) { impl_->WaitForWork(wait); }
 void Cluster::Shutdown() { impl_->Shutdown(); }
 sched::Snapshot Cluster::BuildSnapshot() { return impl_->BuildSnapshot(); }
+ClusterMetrics Cluster::Metrics() { return impl_->Metrics(); }
+void Cluster::ObservePassDuration(double seconds) { impl_->ObservePassDuration(seconds); }
 
 }  // namespace trainyard::server

@@ -37,6 +37,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -108,6 +109,7 @@ struct NodeView {
   int64_t gpus_used = 0;
   std::vector<JobId> jobs;               // with ranks on it
   std::vector<std::string> job_tenants;  // the tenant of each of `jobs`
+  std::vector<GpuTelemetry> telemetry;   // from the last heartbeat, by GPU index
 };
 
 struct QueueView {
@@ -146,6 +148,23 @@ struct PassStats {
   int preemptions = 0;
   int waiting = 0;
   int infeasible = 0;
+};
+
+// What /metrics shows of the control plane. Counters count since this server
+// process started (Prometheus copes with resets); job counts are of unfinished jobs.
+struct ClusterMetrics {
+  using TenantQueue = std::pair<std::string, std::string>;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t>
+      jobs;  // tenant, queue, state
+  std::map<TenantQueue, int64_t> submitted;
+  std::map<TenantQueue, int64_t> preemptions;
+  std::map<TenantQueue, double> lost_work_gpu_seconds;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> finished;  // ..., state
+  // Scheduling pass durations, seconds: upper bounds and counts per bucket (the last
+  // is +Inf), and their sum.
+  std::vector<double> pass_bounds;
+  std::vector<uint64_t> pass_counts;
+  double pass_seconds_sum = 0;
 };
 
 // A scheduling pass between its two steps (see Cluster::PlanPass). Move-only; while
@@ -245,6 +264,11 @@ class Cluster {
   void WaitForWork(Duration wait);
   // Wakes every waiter (Poll, WaitForWork) and makes them return at once from now on.
   void Shutdown();
+
+  // Counters and gauges for /metrics.
+  ClusterMetrics Metrics();
+  // Records how long a scheduling pass took (the server's loop measures it).
+  void ObservePassDuration(double seconds);
 
   // The snapshot the next pass would see (for tests and debugging).
   sched::Snapshot BuildSnapshot();

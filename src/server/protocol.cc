@@ -1,6 +1,7 @@
 #include "server/protocol.h"
 
 #include <csignal>
+#include <set>
 
 #include "core/names.h"
 #include "core/resources.h"
@@ -190,6 +191,47 @@ Result<Heartbeat> ParseHeartbeat(const json& j) {
     TY_RETURN_IF_ERROR(hf.Str("message", h.health_message));
   }
   TY_ASSIGN_OR_RETURN(h.tasks, ParseTasks(f));
+  if (const json* gpus = f.Get("gpus")) {
+    if (!gpus->is_array() || gpus->size() > 1024) {
+      return InvalidArgument("heartbeat.gpus: must be a list of at most 1024 samples");
+    }
+    std::set<int> seen;
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      const json& g = (*gpus)[i];
+      const std::string at = "heartbeat.gpus[" + std::to_string(i) + "]";
+      if (!g.is_object()) return InvalidArgument(at + ": must be an object");
+      GpuTelemetry t;
+      auto index = g.find("index");
+      if (index == g.end() || !index->is_number_integer() || index->get<int64_t>() < 0 ||
+          index->get<int64_t>() > 1023) {
+        return InvalidArgument(at + ".index: required, an integer 0..1023");
+      }
+      t.index = static_cast<int>(index->get<int64_t>());
+      if (!seen.insert(t.index).second) {
+        return InvalidArgument(at + ".index: GPU " + std::to_string(t.index) + " sampled twice");
+      }
+      // Values the agent could not read are left out; a value of the wrong type is an
+      // error rather than silently dropped.
+      for (auto [key, out] : {std::pair{"util_pct", &t.util_pct},
+                              {"mem_used_mib", &t.mem_used_mib},
+                              {"temp_c", &t.temp_c},
+                              {"power_w", &t.power_w},
+                              {"sm_clock_mhz", &t.sm_clock_mhz},
+                              {"ecc_uncorrectable", &t.ecc_uncorrectable},
+                              {"xid_last", &t.xid_last},
+                              {"xid_count", &t.xid_count}}) {
+        auto v = g.find(key);
+        if (v == g.end() || v->is_null()) continue;
+        if (!v->is_number()) return InvalidArgument(at + "." + key + ": must be a number");
+        *out = v->get<double>();
+      }
+      if (auto v = g.find("throttled"); v != g.end() && !v->is_null()) {
+        if (!v->is_boolean()) return InvalidArgument(at + ".throttled: must be true or false");
+        t.throttled = v->get<bool>();
+      }
+      h.gpus.push_back(t);
+    }
+  }
   return h;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,12 +43,30 @@ struct Registration {
   std::vector<TaskStatus> tasks;
 };
 
+// One GPU's last sample as an agent reports it (agent/gpu.h GpuSample); each value
+// is absent when the agent could not read it.
+struct GpuTelemetry {
+  int index = 0;
+  std::optional<double> util_pct;
+  std::optional<double> mem_used_mib;
+  std::optional<double> temp_c;
+  std::optional<double> power_w;
+  std::optional<double> sm_clock_mhz;
+  std::optional<bool> throttled;
+  std::optional<double> ecc_uncorrectable;
+  std::optional<double> xid_last;
+  std::optional<double> xid_count;
+
+  bool operator==(const GpuTelemetry&) const = default;
+};
+
 struct Heartbeat {
   std::string node;
   int64_t seq = 0;
   bool health_ok = true;
   std::string health_message;
   std::vector<TaskStatus> tasks;
+  std::vector<GpuTelemetry> gpus;  // at most one per GPU index
 };
 
 // What a rank runs: the `task` object of a `start` command.

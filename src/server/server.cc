@@ -23,6 +23,7 @@
 #include "http/tls.h"
 #include "server/api.h"
 #include "store/sqlite_store.h"
+#include "track/series_store.h"
 
 namespace trainyard::server {
 namespace {
@@ -175,6 +176,7 @@ Status Server::Start() {
       TY_RETURN_IF_ERROR(WriteSecretFile(opt_.data_dir + "/" + kAdminTokenFile, admin->text));
   }
   logs_ = std::make_unique<LogStore>(opt_.data_dir);
+  TY_ASSIGN_OR_RETURN(series_, track::SeriesStore::Open(opt_.data_dir + "/series.db"));
   const int threads = opt_.http_threads;
   http_->new_task_queue = [threads] {
     return new ConnectionThreads(64, static_cast<size_t>(std::max(threads, 1)));
@@ -185,7 +187,7 @@ Status Server::Start() {
   http_->set_keep_alive_max_count(100'000);
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
-  InstallApi(*http_, *cluster_, *logs_, *access_, ApiOptions{token_});
+  InstallApi(*http_, *cluster_, *logs_, *access_, ApiOptions{token_, series_.get()});
   int listen_fd = -1;
   http_->set_socket_options([&listen_fd](socket_t sock) {
     httplib::default_socket_options(sock);
@@ -233,7 +235,9 @@ void Server::Loop() {
       last_tick = now;
       const auto started = std::chrono::steady_clock::now();
       auto stats = cluster_->SchedulePass();
-      last_pass = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - started);
+      const auto took = std::chrono::steady_clock::now() - started;
+      last_pass = std::chrono::duration_cast<Duration>(took);
+      cluster_->ObservePassDuration(std::chrono::duration<double>(took).count());
       if (!stats.ok()) std::cerr << "trainyard server: " << stats.status().ToString() << "\n";
     }
   }

@@ -25,6 +25,10 @@ namespace httplib {
 class Server;
 }
 
+namespace trainyard::track {
+class SeriesStore;
+}
+
 namespace trainyard::server {
 
 struct ServerOptions {
@@ -77,6 +81,7 @@ class Server {
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<track::SeriesStore> series_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;

@@ -1,0 +1,238 @@
+// What the client commands share: the connection to the server (Api), the common
+// flags, and the small printing helpers.
+//
+// Thread-safety: an Api is used by one thread at a time.
+#pragma once
+
+#include <httplib.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "cli/app.h"
+#include "cli/server_cmd.h"
+#include "core/units.h"
+#include "http/tls.h"
+
+namespace trainyard::cli {
+
+using nlohmann::json;
+
+struct Common {
+  std::string server;
+  std::string data_dir;
+  std::string output = "text";
+  std::string ca_cert;     // https: verify the server against it; empty: the system's store
+  std::string token_file;  // the API token; see Api::Connect
+};
+
+// A failed call: the message to print and the exit status.
+struct Failure {
+  std::string message;
+  int exit_code = kExitFailure;
+};
+
+class Api {
+ public:
+  static std::variant<Api, Failure> Connect(const Common& c) {
+    std::string url = c.server;
+    if (url.empty()) {
+      if (const char* env = std::getenv("TRAINYARD_SERVER"); env != nullptr && *env) url = env;
+    }
+    if (url.empty()) {
+      const std::string dir = c.data_dir.empty() ? DefaultDataDir() : c.data_dir;
+      std::ifstream in(dir + "/server.url");
+      std::getline(in, url);
+      if (url.empty()) {
+        return Failure{
+            "no server: pass --server URL, set TRAINYARD_SERVER, or start one with "
+            "`trainyard up` (looked for " +
+            dir + "/server.url)"};
+      }
+    }
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    Api api(url, c.ca_cert);
+    // The API token: TRAINYARD_TOKEN, else the file --token-file names, else the one
+    // `trainyard up` / the server's first start wrote to DATA_DIR/token. Never a flag
+    // value (it would show in `ps`).
+    if (const char* env = std::getenv("TRAINYARD_TOKEN"); env != nullptr && *env) {
+      api.token_ = env;
+    } else {
+      const std::string file =
+          !c.token_file.empty() ? c.token_file
+                                : (c.data_dir.empty() ? DefaultDataDir() : c.data_dir) + "/token";
+      std::ifstream in(file);
+      std::getline(in, api.token_);
+      if (!in && !c.token_file.empty()) {
+        return Failure{"--token-file: cannot read " + c.token_file};
+      }
+    }
+    while (!api.token_.empty() && std::isspace(static_cast<unsigned char>(api.token_.back()))) {
+      api.token_.pop_back();
+    }
+    if (!api.token_.empty()) {
+      api.client_->set_default_headers({{"Authorization", "Bearer " + api.token_}});
+    }
+    return api;
+  }
+
+  // The JSON body of a 2xx answer, or a Failure naming the problem.
+  std::variant<json, Failure> Call(const std::string& method, const std::string& path,
+                                   const std::string& body = "") {
+    httplib::Result res = method == "GET"      ? client_->Get(path.c_str())
+                          : method == "DELETE" ? client_->Delete(path.c_str())
+                          : method == "PATCH"
+                              ? client_->Patch(path.c_str(), body, "application/json")
+                          : method == "PUT" ? client_->Put(path.c_str(), body, "application/json")
+                                            : client_->Post(path.c_str(), body, "application/yaml");
+    if (!res) {
+      return Failure{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())};
+    }
+    json j = json::parse(res->body, nullptr, false);
+    if (res->status / 100 != 2) {
+      std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
+                            ? j["error"].get<std::string>()
+                            : "HTTP " + std::to_string(res->status);
+      if (res->status == 401) {
+        msg += token_.empty() ? " (no token found: set TRAINYARD_TOKEN or pass --token-file)" : "";
+      }
+      return Failure{msg, res->status == 400 || res->status == 413 ? kExitUsage : kExitFailure};
+    }
+    if (j.is_discarded()) return Failure{"the server's answer is not JSON"};
+    return j;
+  }
+
+  httplib::Client& client() { return *client_; }
+
+ private:
+  Api(std::string url, const std::string& ca_cert)
+      : url_(std::move(url)), client_(std::make_shared<httplib::Client>(url_)) {
+    http::VerifyServer(*client_, ca_cert);
+    client_->set_read_timeout(60, 0);
+    client_->set_connection_timeout(5, 0);
+    // The body follows the headers in a second write: without this it waits for the
+    // server's delayed ACK (40 ms).
+    client_->set_tcp_nodelay(true);
+  }
+  std::string url_;
+  std::shared_ptr<httplib::Client> client_;
+  std::string token_;
+};
+
+inline std::string Pad(std::string s, size_t w) {
+  if (s.size() < w) s.append(w - s.size(), ' ');
+  return s;
+}
+
+// Prints rows as aligned columns.
+inline void Table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) line += i + 1 < r.size() ? Pad(r[i], width[i] + 2) : r[i];
+    out << line << "\n";
+  }
+}
+
+inline std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+inline std::string Age(int64_t since_ms) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return FormatDuration(Duration((std::max<int64_t>(0, now - since_ms) / 1000) * 1000));
+}
+
+// Runs `body` with a connected Api; prints failures as one line.
+template <typename Body>
+inline int WithApi(const Common& c, std::ostream& err, const std::string& cmd, Body body) {
+  auto api = Api::Connect(c);
+  if (auto* f = std::get_if<Failure>(&api)) {
+    err << "trainyard " << cmd << ": " << f->message << "\n";
+    return f->exit_code;
+  }
+  std::optional<Failure> failure = body(std::get<Api>(api));
+  if (failure) {
+    err << "trainyard " << cmd << ": " << failure->message << "\n";
+    return failure->exit_code;
+  }
+  return kExitOk;
+}
+
+#define TY_CALL(var, expr)                                      \
+  auto var##_result = (expr);                                   \
+  if (auto* f = std::get_if<Failure>(&var##_result)) return *f; \
+  json var = std::move(std::get<json>(var##_result))
+
+inline void AddCommon(CLI::App* cmd, Common& c, bool output) {
+  cmd->add_option("--server", c.server,
+                  "Server URL (else $TRAINYARD_SERVER, else DATA_DIR/server.url)");
+  cmd->add_option("--data-dir", c.data_dir, "Local cluster data dir holding server.url and token");
+  cmd->add_option("--token-file", c.token_file,
+                  "File holding the API token (default: $TRAINYARD_TOKEN, else DATA_DIR/token)");
+  cmd->add_option("--ca-cert", c.ca_cert,
+                  "PEM file of the CA (or the server certificate) to verify an https:// server "
+                  "with (default: the system's CA store); see docs/tls.md")
+      ->envname("TRAINYARD_CA_CERT");
+  if (output) {
+    cmd->add_option("-o,--output", c.output, "Output format")
+        ->check(CLI::IsMember({"text", "json"}))
+        ->capture_default_str();
+  }
+}
+
+// The commit id of the git work tree holding `path` (a file or directory), with
+// "-dirty" appended when tracked files have uncommitted changes; "" outside a git tree
+// or without git.
+inline std::string GitCodeVersion(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::is_directory(path, ec)
+                                  ? std::filesystem::path(path)
+                                  : std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  auto run = [&](const std::string& args) {
+    std::string cmd = "git -C '" + dir.string() + "' " + args + " 2>/dev/null";
+    std::string out;
+    if (dir.string().find('\'') != std::string::npos) return out;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
+    if (pclose(p) != 0) out.clear();
+    return out;
+  };
+  std::string head = run("rev-parse HEAD");
+  while (!head.empty() && std::isspace(static_cast<unsigned char>(head.back()))) head.pop_back();
+  if (head.size() < 7 || head.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
+  if (!run("status --porcelain --untracked-files=no").empty()) head += "-dirty";
+  return head;
+}
+
+inline bool Terminal(const std::string& state) {
+  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
+}
+
+}  // namespace trainyard::cli
