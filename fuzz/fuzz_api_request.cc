@@ -1,8 +1,9 @@
 // libFuzzer target: what the API server parses from a request before it touches any
 // state — submissions (YAML, JSON or #SBATCH body with its query), job listings'
 // queries, checkpoint reports, tenant quotas and queues, array ranges, job ids, API
-// tokens and role names, agent registrations and heartbeats, agent commands, base64
-// log chunks.
+// tokens and role names, agent registrations and heartbeats (with GPU telemetry),
+// agent commands, base64 log chunks, and metric batches (text and JSON bodies of
+// POST /runs/{id}/metrics, metrics-file records an agent forwards).
 //
 // Input: one selector byte, then for the query-taking requests a query line
 // ("k=v&k=v"), a newline and the body. Every rejection must carry a message and map
@@ -19,6 +20,7 @@
 #include "core/auth.h"
 #include "server/api.h"
 #include "server/protocol.h"
+#include "track/ingest.h"
 
 namespace {
 
@@ -69,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view query = rest.substr(0, nl);
   const std::string_view body = nl == std::string_view::npos ? "" : rest.substr(nl + 1);
   namespace server = trainyard::server;
-  switch (data[0] % 9) {
+  switch (data[0] % 10) {
     case 0:
       Check(server::ParseSubmit(body, ParseQuery(query)), input);
       break;
@@ -101,6 +103,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 8:
       Check(server::DecodeBase64(rest), input);
       break;
+    case 9: {
+      namespace track = trainyard::track;
+      // What a batch holds must be what was counted, under valid keys.
+      auto consistent = [&](const track::IngestBatch& b) {
+        int64_t n = 0;
+        for (const auto& a : b.appends) {
+          if (!track::IsValidKey(a.key)) Fail("stored an invalid key", Status::Ok(), input);
+          n += static_cast<int64_t>(a.points.size());
+        }
+        if (n != b.points) Fail("points miscounted", Status::Ok(), input);
+      };
+      auto text = track::ParseBatchText(1, 0, rest, 0);
+      Check(text, input);
+      if (text.ok()) consistent(*text);
+      auto json = track::ParseBatchJson(1, rest, 0);
+      Check(json, input);
+      if (json.ok()) consistent(*json);
+      consistent(track::DecodeRecords(1, 0, Json(rest)));
+      break;
+    }
   }
   return 0;
 }

@@ -184,6 +184,10 @@ struct SeriesStore::Connection {
     sqlite3_busy_timeout(c->db, 10'000);
     TY_RETURN_IF_ERROR(c->Exec("PRAGMA journal_mode = WAL", "enabling WAL on " + path));
     TY_RETURN_IF_ERROR(c->Exec("PRAGMA synchronous = NORMAL", "setting synchronous on " + path));
+    // Reads of long series touch many blocks: map the file rather than copy each page
+    // through read(2), and keep more pages than SQLite's default 2 MiB.
+    TY_RETURN_IF_ERROR(c->Exec("PRAGMA mmap_size = 1073741824", "setting mmap_size on " + path));
+    TY_RETURN_IF_ERROR(c->Exec("PRAGMA cache_size = -32768", "setting cache_size on " + path));
     return c;
   }
 };
@@ -450,51 +454,46 @@ Result<std::map<std::string, std::string>> SeriesStore::Params(int64_t run) {
 
 Result<std::vector<SeriesInfo>> SeriesStore::ListSeries(int64_t run) {
   std::lock_guard lock(read_mu_);
-  std::vector<std::tuple<int64_t, std::string, int32_t>> ids;
-  {
-    TY_ASSIGN_OR_RETURN(auto st, reader_->Prepare("SELECT id, key, rank FROM series WHERE run = "
-                                                  "?1 ORDER BY key, rank"));
-    st->Bind(1, run);
-    while (true) {
-      TY_ASSIGN_OR_RETURN(bool row, st->Step("listing series"));
-      if (!row) break;
-      const auto* k = reinterpret_cast<const char*>(sqlite3_column_text(st->get(), 1));
-      ids.emplace_back(sqlite3_column_int64(st->get(), 0), k ? k : "",
-                       static_cast<int32_t>(sqlite3_column_int64(st->get(), 2)));
-    }
-  }
+  // One query: each series' aggregates over its blocks, and its newest block's last
+  // point (a series with no blocks left is not listed).
+  TY_ASSIGN_OR_RETURN(
+      auto st,
+      reader_->Prepare("WITH agg AS (SELECT s.key AS key, s.rank AS rank, SUM(b.count) AS n, "
+                       "SUM(b.nan_count) AS nans, MIN(b.first_step) AS first, MIN(b.min) AS lo, "
+                       "MAX(b.max) AS hi, MAX(b.id) AS last_id FROM series s JOIN blocks b ON "
+                       "b.id BETWEEN (s.id << 32) AND ((s.id << 32) | 4294967295) WHERE s.run = "
+                       "?1 GROUP BY s.id) SELECT agg.key, agg.rank, agg.n, agg.nans, agg.first, "
+                       "agg.lo, agg.hi, l.last_step, l.last_time, l.last FROM agg JOIN blocks l "
+                       "ON l.id = agg.last_id ORDER BY agg.key, agg.rank"));
+  st->Bind(1, run);
   std::vector<SeriesInfo> out;
-  for (const auto& [id, key, rank] : ids) {
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, st->Step("listing series"));
+    if (!row) break;
+    sqlite3_stmt* q = st->get();
     SeriesInfo info;
-    info.key = key;
-    info.rank = rank;
-    {
-      TY_ASSIGN_OR_RETURN(auto st, reader_->Prepare("SELECT SUM(count), SUM(nan_count), "
-                                                    "MIN(first_step), MIN(min), MAX(max) FROM "
-                                                    "blocks WHERE id BETWEEN ?1 AND ?2"));
-      st->Bind(1, FirstId(id)).Bind(2, LastId(id));
-      TY_ASSIGN_OR_RETURN(bool row, st->Step("summarising a series"));
-      if (!row || sqlite3_column_type(st->get(), 0) == SQLITE_NULL) continue;
-      info.count = sqlite3_column_int64(st->get(), 0);
-      info.nan_count = sqlite3_column_int64(st->get(), 1);
-      info.first_step = sqlite3_column_int64(st->get(), 2);
-      info.min = ReadReal(st->get(), 3);
-      info.max = ReadReal(st->get(), 4);
-    }
-    {
-      TY_ASSIGN_OR_RETURN(auto st, reader_->Prepare("SELECT last_step, last_time, last FROM blocks "
-                                                    "WHERE id BETWEEN ?1 AND ?2 ORDER BY id DESC "
-                                                    "LIMIT 1"));
-      st->Bind(1, FirstId(id)).Bind(2, LastId(id));
-      TY_ASSIGN_OR_RETURN(bool row, st->Step("reading the last point of a series"));
-      if (!row) continue;
-      info.last = {sqlite3_column_int64(st->get(), 0), sqlite3_column_int64(st->get(), 1),
-                   ReadReal(st->get(), 2)};
-    }
-    if (info.count == 0) continue;
-    out.push_back(std::move(info));
+    const auto* k = reinterpret_cast<const char*>(sqlite3_column_text(q, 0));
+    info.key = k ? k : "";
+    info.rank = static_cast<int32_t>(sqlite3_column_int64(q, 1));
+    info.count = sqlite3_column_int64(q, 2);
+    info.nan_count = sqlite3_column_int64(q, 3);
+    info.first_step = sqlite3_column_int64(q, 4);
+    info.min = ReadReal(q, 5);
+    info.max = ReadReal(q, 6);
+    info.last = {sqlite3_column_int64(q, 7), sqlite3_column_int64(q, 8), ReadReal(q, 9)};
+    if (info.count > 0) out.push_back(std::move(info));
   }
   return out;
+}
+
+Result<std::optional<int32_t>> SeriesStore::LowestRank(int64_t run, const std::string& key) {
+  std::lock_guard lock(read_mu_);
+  TY_ASSIGN_OR_RETURN(auto st, reader_->Prepare("SELECT MIN(rank) FROM series WHERE run = ?1 "
+                                                "AND key = ?2"));
+  st->Bind(1, run).Bind(2, key);
+  TY_ASSIGN_OR_RETURN(bool row, st->Step("finding a series' ranks"));
+  if (!row || sqlite3_column_type(st->get(), 0) == SQLITE_NULL) return std::optional<int32_t>();
+  return std::optional<int32_t>(static_cast<int32_t>(sqlite3_column_int64(st->get(), 0)));
 }
 
 Result<std::vector<Bucket>> SeriesStore::Read(int64_t run, const std::string& key, int32_t rank,

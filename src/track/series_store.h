@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -78,6 +79,8 @@ class SeriesStore {
   Result<std::map<std::string, std::string>> Params(int64_t run);
   // Every series of the run, sorted by key then rank.
   Result<std::vector<SeriesInfo>> ListSeries(int64_t run);
+  // The lowest rank that has a series of `key` in the run; nullopt when none has.
+  Result<std::optional<int32_t>> LowestRank(int64_t run, const std::string& key);
   // The series downsampled (or raw points, with range.buckets == 0 and at most
   // kMaxRawPoints of them). NotFound when the run has no such series.
   Result<std::vector<Bucket>> Read(int64_t run, const std::string& key, int32_t rank,
