@@ -158,11 +158,15 @@ class ModuleApiTest(unittest.TestCase):
             subprocess.run([PYTHON, "-c", code], check=True, timeout=60,
                            env=child_env(TRAINYARD_METRICS_FILE=path))
             with open(path, "rb") as f:
-                self.assertEqual(len(f.read().splitlines()), 50)
+                lines = [records.parse_line(l) for l in f.read().splitlines()]
+        # The default logger puts the env.* params before the first record.
+        self.assertEqual(lines[0]["kind"], "params")
+        self.assertIn("env.packages_sha256", lines[0]["params"])
+        self.assertEqual([r["step"] for r in lines[1:]], list(range(50)))
 
     def test_configure_replaces_the_default_logger(self) -> None:
         sink = ListSink()
-        trainyard.configure(sink=sink)
+        trainyard.configure(sink=sink, log_environment=False)
         try:
             trainyard.log(step=1, loss=2.0)
             trainyard.log_params({"seed": 1})

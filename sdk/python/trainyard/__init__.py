@@ -35,20 +35,32 @@ import threading
 from collections.abc import Mapping
 from typing import Union
 
+from . import environment as _environment
 from .checkpoint import Checkpointer, CheckpointError, read_checkpoint
+from .environment import environment_params
 from .logger import FileSink, MetricsLogger, MetricsSink, NullSink, sink_from_env
 from .preemption import EXIT_PREEMPTED, PreemptionWatcher, notice_signal_from_env
 from .records import parse_line
 
 __all__ = [
-    "EXIT_PREEMPTED", "Checkpointer", "CheckpointError", "FileSink", "MetricsLogger",
-    "MetricsSink", "NullSink", "PreemptionWatcher", "checkpoint_dir", "checkpoint_saved",
-    "configure", "default_logger", "flush", "install_preemption_handler", "local_rank",
-    "local_world_size", "log", "log_metrics", "log_params", "parse_line", "preemption_notice",
+    "EXIT_PREEMPTED", "Checkpointer", "CheckpointError", "FileSink", "HttpSink",
+    "MetricsLogger", "MetricsSink", "NullSink", "PreemptionWatcher", "checkpoint_dir",
+    "checkpoint_saved", "configure", "default_logger", "environment_params", "flush",
+    "install_preemption_handler", "local_rank", "local_world_size", "log",
+    "log_environment", "log_metrics", "log_params", "parse_line", "preemption_notice",
     "preemption_requested", "rank", "read_checkpoint", "resume_from", "world_size",
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # HttpSink on first use: http.client and ssl would add ~40 ms to every import.
+    if name == "HttpSink":
+        from .http_sink import HttpSink
+        return HttpSink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # ---- the job's place in the gang ----
 
@@ -104,27 +116,38 @@ _default: MetricsLogger | None = None
 
 
 def default_logger() -> MetricsLogger:
-    """The process's logger, created on first use from TRAINYARD_METRICS_FILE (without
-    it, records are validated and then discarded)."""
+    """The process's logger, created on first use from the environment:
+    TRAINYARD_METRICS_FILE, else TRAINYARD_SERVER + TRAINYARD_TOKEN + TRAINYARD_RUN (the
+    server's batch endpoint), else nowhere (records are validated, then discarded).
+    It logs the env.* params with its first record unless TRAINYARD_LOG_ENVIRONMENT=0."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = MetricsLogger(sink_from_env(os.environ))
+            sink = sink_from_env(os.environ)
+            _default = MetricsLogger(sink, log_environment=_log_environment_for(sink))
         return _default
 
 
+def _log_environment_for(sink: MetricsSink) -> bool:
+    """Whether the default logger logs the env.* params by itself: unless
+    TRAINYARD_LOG_ENVIRONMENT=0, or there is nowhere for them to go."""
+    return _environment.enabled_by_env(os.environ) and not isinstance(sink, NullSink)
+
+
 def configure(metrics_file: str | None = None, *, sink: MetricsSink | None = None,
-              **logger_options: float) -> MetricsLogger:
+              **logger_options: object) -> MetricsLogger:
     """Replaces the default logger (the old one is flushed and closed) and returns it.
 
     Give `metrics_file` (a path), or `sink`, or neither to re-read the environment.
-    `logger_options` go to MetricsLogger (flush_interval_s, flush_points, ...).
+    `logger_options` go to MetricsLogger (flush_interval_s, flush_points,
+    log_environment, ...); log_environment defaults to TRAINYARD_LOG_ENVIRONMENT != 0.
     """
     global _default
     if metrics_file is not None and sink is not None:
         raise ValueError("configure: give metrics_file or sink, not both")
     if sink is None:
         sink = FileSink(metrics_file) if metrics_file else sink_from_env(os.environ)
+    logger_options.setdefault("log_environment", _log_environment_for(sink))
     new = MetricsLogger(sink, **logger_options)  # type: ignore[arg-type]
     with _default_lock:
         old, _default = _default, new
@@ -159,6 +182,18 @@ def checkpoint_saved(path: str, step: int, started_ms: int | None = None,
     """Reports a complete checkpoint (Checkpointer does this itself; for jobs that save
     their own way)."""
     default_logger().checkpoint_saved(path, step, started_ms, duration_ms, bytes)
+
+
+def log_environment() -> None:
+    """Logs the env.* params (interpreter, platform, installed packages, torch and CUDA
+    if torch is imported) that the run's environment identity is computed from.
+
+    The default logger does this by itself with its first record (unless
+    TRAINYARD_LOG_ENVIRONMENT=0); calling it again does nothing. Returns at once: the
+    params are collected on the logger's background thread, and a failure to collect
+    them is only reported on stderr.
+    """
+    default_logger().log_environment()
 
 
 def flush(timeout: float | None = None) -> bool:

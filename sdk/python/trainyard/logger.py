@@ -8,8 +8,15 @@ buffer to a MetricsSink every `flush_interval_s` seconds, or sooner once
 it over too.
 
 Where the lines go is the sink's business: FileSink appends to TRAINYARD_METRICS_FILE
-(the agent tails it); an HTTP sink for the server's batch endpoint can be added later
-behind the same two-method interface without touching the logging side.
+(the agent tails it); HttpSink (http_sink.py) posts them to the server's batch endpoint
+for jobs that run outside Trainyard. Both are called only from the background thread,
+or from flush() and close(), never from log().
+
+Environment params: a logger made with `log_environment=True` (the default logger,
+unless TRAINYARD_LOG_ENVIRONMENT=0) logs the env.* params (environment.py) once, with
+the first record. They are collected on the background thread (reading every installed
+distribution's metadata takes tens of milliseconds), so log() does not wait for them;
+flush() does. A failure to collect them is reported on stderr and otherwise ignored.
 
 Backpressure: if the sink stalls (a hung network file system, a full disk) the buffer
 grows to `max_buffered_lines`; beyond that the oldest lines are dropped and counted
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import json
 import os
 import sys
 import threading
@@ -34,10 +42,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from . import records
+from .environment import environment_params
+
+# The most lines kept in memory while a sink is not keeping up; beyond it the oldest go.
+DEFAULT_MAX_BUFFERED_LINES = 100_000
+# How long the flush at interpreter exit may take, so a stalled sink cannot hang the exit.
+EXIT_TIMEOUT_S = 10.0
 
 
 class MetricsSink(Protocol):
-    """Where encoded lines go. Called from one thread at a time (the logger serialises)."""
+    """Where encoded lines go. Called from one thread at a time (the logger serialises).
+
+    Two optional methods, looked up with getattr, serve sinks that keep what they could
+    not deliver (HttpSink): `retry_pending()`, called by the background thread at every
+    interval even when nothing new was logged, and `set_deadline(deadline)`, called by
+    close(timeout) before its last flush: from then on write_lines and close must give
+    up by `deadline` (a time.monotonic() value, a little before close's own).
+    """
 
     def write_lines(self, lines: Sequence[bytes]) -> None:
         """Delivers whole lines, in order; raises OSError on failure."""
@@ -98,13 +119,25 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Environment params: not asked for yet / asked for, the background thread collects them /
+# logged (or given up on).
+_ENV_IDLE, _ENV_PENDING, _ENV_DONE = range(3)
+
+
 class MetricsLogger:
-    """Buffers records and writes them to a sink from a background thread."""
+    """Buffers records and writes them to a sink from a background thread.
+
+    `log_environment`: log the env.* params with the first record (see the module
+    docstring); `environment` is what collects them (tests pass their own).
+    """
 
     def __init__(self, sink: MetricsSink, *, flush_interval_s: float = 0.5,
-                 flush_points: int = 1000, max_buffered_lines: int = 100_000,
+                 flush_points: int = 1000,
+                 max_buffered_lines: int = DEFAULT_MAX_BUFFERED_LINES,
                  clock_ms: Callable[[], int] = wall_clock_ms,
-                 register_atexit: bool = True) -> None:
+                 register_atexit: bool = True, log_environment: bool = False,
+                 environment: Callable[[], Mapping[str, object]] = environment_params
+                 ) -> None:
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s: must be > 0, got {flush_interval_s!r}")
         if flush_points < 1:
@@ -131,6 +164,15 @@ class MetricsLogger:
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
+
+        # Environment params. _env_state is guarded by _buffer_lock; _env_ready is clear
+        # while the background thread still has to collect them (flush() waits for it).
+        self._env_auto = log_environment
+        self._environment = environment
+        self._env_state = _ENV_IDLE
+        self._env_ready = threading.Event()
+        self._env_ready.set()
+
         self._register_atexit = register_atexit
         if register_atexit:
             atexit.register(self._close_at_exit)
@@ -176,6 +218,8 @@ class MetricsLogger:
                     self._dropped_lines += over
                     warn = not self._warned_drop
                     self._warned_drop = True
+                if self._env_auto and self._env_state == _ENV_IDLE:
+                    self._request_environment_locked()
                 if self._thread is None:
                     self._start_thread_locked()
             wake = self._pending_points >= self._flush_points
@@ -191,6 +235,72 @@ class MetricsLogger:
         if wake:
             self._wake.set()
 
+    # ---- environment params ----
+
+    def log_environment(self) -> None:
+        """Logs the env.* params, once per logger (later calls do nothing).
+
+        Returns at once: the background thread collects them and puts them before
+        anything still buffered (into the first record, when that is a params record).
+        Works whatever `log_environment` the logger was made with.
+        """
+        with self._buffer_lock:
+            if self._closed or self._env_state != _ENV_IDLE:
+                return
+            self._request_environment_locked()
+            if self._thread is None:
+                self._start_thread_locked()
+        self._wake.set()
+
+    def _request_environment_locked(self) -> None:
+        """REQUIRES: _buffer_lock held."""
+        self._env_state = _ENV_PENDING
+        self._env_ready.clear()
+
+    def _collect_environment(self) -> None:
+        """On the background thread: collects the env.* params if asked to."""
+        with self._buffer_lock:
+            if self._env_state != _ENV_PENDING:
+                return
+        line: bytes | None = None
+        try:
+            record = records.params_record(self._clock_ms(), self._environment())
+            line = records.encode_line(record)
+        except Exception as e:  # never let this reach, or stop, the training job
+            print(f"trainyard: could not collect the env.* params, logging without them: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if line is not None:
+            self._insert_environment(line)
+        with self._buffer_lock:
+            self._env_state = _ENV_DONE
+        self._env_ready.set()
+
+    def _insert_environment(self, line: bytes) -> None:
+        """Puts the env params line before everything buffered; merged into the first
+        buffered record when that is a params record (the job's values win), so a job
+        that starts with log_params still writes a single params record."""
+        with self._buffer_lock:
+            first = self._buffer[0] if self._buffer else None
+        merged = None
+        if first is not None and first.startswith(b'{"kind":"params",'):
+            try:
+                job, env = json.loads(first), json.loads(line)
+                params = {**env["params"], **job["params"]}
+                merged = records.encode_line(
+                    {"kind": "params", "time_ms": job["time_ms"], "params": params})
+            except (ValueError, KeyError, TypeError):
+                merged = None  # e.g. longer than a line may be: write it separately
+        with self._buffer_lock:
+            if not self._closed:
+                if merged is not None and self._buffer and self._buffer[0] is first:
+                    self._buffer[0] = merged
+                else:
+                    self._buffer.appendleft(line)
+                return
+        # Closed meanwhile (a close() that gave up waiting): write it as a late record.
+        with self._write_lock:
+            self._write_batch([line])
+
     # ---- delivery ----
 
     def _start_thread_locked(self) -> None:
@@ -200,12 +310,26 @@ class MetricsLogger:
 
     def _run(self) -> None:
         while True:
+            self._collect_environment()
             self._wake.wait(self._flush_interval_s)
             self._wake.clear()
+            self._collect_environment()
             self._deliver()
+            self._retry_sink()
             with self._buffer_lock:
                 if self._closed:
                     return
+
+    def _retry_sink(self) -> None:
+        """Lets a sink that keeps undelivered lines retry them (MetricsSink)."""
+        retry = getattr(self._sink, "retry_pending", None)
+        if retry is None:
+            return
+        with self._write_lock:
+            try:
+                retry()
+            except OSError as e:
+                self._note_write_error(e, "retry the kept metrics lines")
 
     def _deliver(self) -> None:
         """Hands everything buffered so far to the sink. REQUIRES: _write_lock not held."""
@@ -227,21 +351,28 @@ class MetricsLogger:
             self._sink.write_lines(batch)
         except OSError as e:
             # The lines are lost: retrying a failing file forever would only grow memory.
-            # The first error of each kind is printed; counts are kept for tests/diagnosis.
-            first = self._last_write_error is None or \
-                type(e) is not type(self._last_write_error)
-            self._write_errors += 1
-            self._last_write_error = e
-            if first:
-                print(f"trainyard: could not write {len(batch)} metrics lines: {e}",
-                      file=sys.stderr, flush=True)
+            self._note_write_error(e, f"write {len(batch)} metrics lines")
+
+    def _note_write_error(self, e: OSError, what: str) -> None:
+        """The first error of each kind is printed; counts are kept for tests/diagnosis."""
+        first = self._last_write_error is None or type(e) is not type(self._last_write_error)
+        self._write_errors += 1
+        self._last_write_error = e
+        if first:
+            print(f"trainyard: could not {what}: {e}", file=sys.stderr, flush=True)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Hands everything logged before this call to the sink.
+        """Hands everything logged before this call to the sink (after the env.* params,
+        if the background thread is collecting them).
 
         Returns False if `timeout` seconds passed first (the sink is stalled).
         """
-        acquired = self._write_lock.acquire(timeout=-1 if timeout is None else timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if threading.current_thread() is not self._thread and \
+                not self._env_ready.wait(_remaining(deadline)):
+            return False
+        remaining = _remaining(deadline)
+        acquired = self._write_lock.acquire(timeout=-1 if remaining is None else remaining)
         if not acquired:
             return False
         try:
@@ -251,28 +382,45 @@ class MetricsLogger:
         return True
 
     def close(self, timeout: float | None = None) -> None:
-        """Flushes, stops the background thread and closes the sink. Idempotent.
+        """Flushes, stops the background thread and closes the sink, taking at most
+        `timeout` seconds in all (None: as long as the sink needs). Idempotent.
 
         Records logged after close() are written synchronously, one call at a time.
         """
         with self._buffer_lock:
             if self._closed:
                 return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        set_deadline = getattr(self._sink, "set_deadline", None)
+        if deadline is not None and set_deadline is not None:
+            # A moment before ours: a sink busy retrying on the background thread then
+            # still leaves time to hand it the last lines and close it.
+            set_deadline(deadline - min(0.5, timeout / 10))  # type: ignore[operator]
         flushed = self.flush(timeout)
         with self._buffer_lock:
             self._closed = True
             thread = self._thread
+            lost = len(self._buffer)
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+            thread.join(_remaining(deadline))
         if flushed:
-            self._sink.close()
+            remaining = _remaining(deadline)
+            # The lock: the background thread may still be in the sink if join timed out.
+            if self._write_lock.acquire(timeout=-1 if remaining is None else remaining):
+                try:
+                    self._sink.close()
+                finally:
+                    self._write_lock.release()
+        elif lost:
+            print(f"trainyard: gave up flushing metrics after {timeout:g} s; {lost} lines "
+                  f"were not written", file=sys.stderr, flush=True)
         if self._register_atexit:
             atexit.unregister(self._close_at_exit)
 
     def _close_at_exit(self) -> None:
         # Bounded, so that a stalled sink cannot hang the job's exit.
-        self.close(timeout=10.0)
+        self.close(timeout=EXIT_TIMEOUT_S)
 
     def _forget_after_fork(self) -> None:
         """In a forked child: the parent writes what was buffered, and the flusher thread
@@ -284,6 +432,11 @@ class MetricsLogger:
         self._pending_points = 0
         self._wake = threading.Event()
         self._thread = None
+        # Env params the parent was collecting are the parent's to write.
+        if self._env_state == _ENV_PENDING:
+            self._env_state = _ENV_DONE
+        self._env_ready = threading.Event()
+        self._env_ready.set()
 
     # ---- introspection ----
 
@@ -305,6 +458,11 @@ class MetricsLogger:
         return self._write_errors
 
 
+def _remaining(deadline: float | None) -> float | None:
+    """Seconds left until `deadline` (time.monotonic()), at least 0; None for no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 _live_loggers: "weakref.WeakSet[MetricsLogger]" = weakref.WeakSet()
 
 
@@ -319,11 +477,35 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def sink_from_env(env: Mapping[str, str]) -> MetricsSink:
     """Returns the sink the job's environment asks for.
 
-    TRAINYARD_METRICS_FILE is the default and, for now, the only transport. The
-    server's batch endpoint (TRAINYARD_SERVER + TRAINYARD_RUN_TOKEN) is not built yet;
-    when it is, an HTTP sink is chosen here and nothing else in the SDK changes.
+    TRAINYARD_METRICS_FILE (set by the agent for jobs Trainyard runs) comes first.
+    Without it, TRAINYARD_SERVER (URL), TRAINYARD_TOKEN (API token) and TRAINYARD_RUN
+    (run/job id) together choose an HttpSink that posts to the server's batch endpoint,
+    as rank RANK (0 when unset), verifying https against TRAINYARD_CA_CERT when set.
+    Otherwise records are validated and discarded (NullSink). A setting that cannot
+    work is reported on stderr and also leads to a NullSink: a metrics problem must not
+    stop the training job.
     """
     path = env.get("TRAINYARD_METRICS_FILE", "")
     if path:
         return FileSink(path)
+    http = {name: env.get(name, "").strip()
+            for name in ("TRAINYARD_SERVER", "TRAINYARD_TOKEN", "TRAINYARD_RUN")}
+    if http["TRAINYARD_RUN"]:
+        # SERVER and TOKEN alone are what the CLI uses; RUN says metrics should go there.
+        missing = [name for name, value in http.items() if not value]
+        if missing:
+            print(f"trainyard: TRAINYARD_RUN is set but {' and '.join(missing)} is not; "
+                  f"metrics will not be sent", file=sys.stderr, flush=True)
+            return NullSink()
+        from .http_sink import HttpSink  # here: http_sink imports this module
+        try:
+            raw_rank = env.get("RANK", "").strip() or "0"
+            if not raw_rank.isdigit():
+                raise ValueError(f"RANK: must be an integer >= 0, got {raw_rank!r}")
+            return HttpSink(http["TRAINYARD_SERVER"], http["TRAINYARD_TOKEN"],
+                            http["TRAINYARD_RUN"], int(raw_rank),
+                            ca_cert=env.get("TRAINYARD_CA_CERT") or None)
+        except ValueError as e:
+            print(f"trainyard: {e}; metrics will not be sent", file=sys.stderr, flush=True)
+            return NullSink()
     return NullSink()
