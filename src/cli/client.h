@@ -98,7 +98,8 @@ class Api {
                           : method == "PUT" ? client_->Put(path.c_str(), body, "application/json")
                                             : client_->Post(path.c_str(), body, "application/yaml");
     if (!res) {
-      return Failure{"cannot reach the server at " + url_ + ": " + httplib::to_string(res.error())};
+      return Failure{"cannot reach the server at " + url_ + ": " +
+                     http::DescribeError(res, *client_)};
     }
     json j = json::parse(res->body, nullptr, false);
     if (res->status / 100 != 2) {

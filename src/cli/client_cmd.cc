@@ -211,6 +211,13 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
               << (a["end_time_ms"].is_null() ? "open" : Str(a, "exit_reason")) << " "
               << Str(a, "message") << " lost "
               << FormatDuration(Duration(a.value("lost_work_ms", int64_t{0}))) << "\n";
+          if (a.contains("error_lines") && a["error_lines"].is_array() &&
+              !a["error_lines"].empty()) {
+            out << "  error (rank " << Str(a, "error_rank") << "):\n";
+            for (const auto& l : a["error_lines"]) {
+              out << "      " << (l.is_string() ? l.get<std::string>() : l.dump()) << "\n";
+            }
+          }
         }
         for (const auto& r : j["ranks"]) {
           out << "  rank " << Str(r, "rank") << " on " << Str(r, "node") << " gpus "
@@ -263,24 +270,69 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     struct F {
       Common c;
       std::string id;
-      int rank = 0;
+      int rank = -1;  // 0 when reading, every rank when searching
       int attempt = -1;
       bool follow = false;
+      std::string grep;
+      bool ignore_case = false;
+      int max = 1000;
     };
     auto f = std::make_shared<F>();
     CLI::App* cmd = app.add_subcommand(
-        "logs", "Print a rank's output (stdout and stderr) [any role of its tenant]");
+        "logs",
+        "Print a rank's output (stdout and stderr), or search a job's logs with --grep [any role "
+        "of its tenant]");
     AddCommon(cmd, f->c, false);
     cmd->add_option("job", f->id, "Job id")->required();
-    cmd->add_option("--rank", f->rank, "Rank")->capture_default_str();
-    cmd->add_option("--attempt", f->attempt, "Attempt (default: the latest)");
-    cmd->add_flag("-f,--follow", f->follow, "Keep printing new output until the job finishes");
-    cmd->callback([f, &exit_code, &out, &err] {
+    cmd->add_option("--rank", f->rank, "Rank (default 0; with --grep every rank)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--attempt", f->attempt,
+                    "Attempt (default: the latest; with --grep every attempt)");
+    auto* follow =
+        cmd->add_flag("-f,--follow", f->follow, "Keep printing new output until the job finishes");
+    auto* grep = cmd->add_option("--grep", f->grep,
+                                 "Print the lines that contain this text (a fixed string, not a "
+                                 "regex) as \"attempt A rank R line L: text\"")
+                     ->excludes(follow);
+    cmd->add_flag("-i,--ignore-case", f->ignore_case, "--grep ignores the case of ASCII letters")
+        ->needs(grep);
+    cmd->add_option("--max", f->max, "--grep prints at most this many lines")
+        ->check(CLI::Range(1, 10'000))
+        ->needs(grep)
+        ->capture_default_str();
+    cmd->callback([f, grep, &exit_code, &out, &err] {
+      const std::string job_path = "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id);
+      if (grep->count() > 0) {
+        exit_code = WithApi(f->c, err, "logs", [&](Api& api) -> std::optional<Failure> {
+          std::string path =
+              job_path + "/logs/search?pattern=" + httplib::detail::encode_query_param(f->grep) +
+              "&max_matches=" + std::to_string(f->max) +
+              (f->ignore_case ? "&ignore_case=true" : "");
+          if (f->rank >= 0) path += "&rank=" + std::to_string(f->rank);
+          if (f->attempt >= 0) path += "&attempt=" + std::to_string(f->attempt);
+          TY_CALL(res, api.Call("GET", path));
+          for (const auto& m : res["matches"]) {
+            out << "attempt " << Str(m, "attempt") << " rank " << Str(m, "rank") << " line "
+                << Str(m, "line") << ": " << Str(m, "text") << "\n";
+          }
+          out << std::flush;
+          if (res.value("pruned", false)) {
+            err << "trainyard logs: some of job " << f->id
+                << "'s logs were deleted by the server's log retention and not searched\n";
+          }
+          if (res.value("truncated", false)) {
+            err << "trainyard logs: stopped early (more than " << f->max
+                << " matching lines, or the first 1 GiB of logs searched); narrow the search "
+                   "with --attempt, --rank or a longer pattern, or raise --max\n";
+          }
+          return std::nullopt;
+        });
+        return;
+      }
       exit_code = WithApi(f->c, err, "logs", [&](Api& api) -> std::optional<Failure> {
         int64_t offset = 0;
         while (true) {
-          std::string path = "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id) +
-                             "/logs?rank=" + std::to_string(f->rank) +
+          std::string path = job_path + "/logs?rank=" + std::to_string(std::max(f->rank, 0)) +
                              "&offset=" + std::to_string(offset) +
                              (f->follow ? "&wait_ms=20000" : "");
           if (f->attempt >= 0) path += "&attempt=" + std::to_string(f->attempt);
@@ -292,6 +344,11 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
                                ? j["error"].get<std::string>()
                                : "HTTP " + std::to_string(res->status),
                            res->status == 400 ? kExitUsage : kExitFailure};
+          }
+          if (res->get_header_value("X-Trainyard-Log-Pruned") == "true") {
+            err << "trainyard logs: this log was deleted by the server's log retention "
+                   "(--log-retention, --log-max-bytes)\n";
+            break;
           }
           out << res->body << std::flush;
           const int64_t next = std::stoll("0" + res->get_header_value("X-Trainyard-Next-Offset"));

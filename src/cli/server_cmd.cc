@@ -38,6 +38,8 @@ struct ServerFlags {
   bool insecure_local = false;  // no authentication; loopback only
   double rate_limit = 200;      // requests/s per API token; 0: none
   int64_t max_unfinished_jobs_per_tenant = 1'000'000;
+  std::string log_retention = "30d";  // 0: forever
+  std::string log_max_bytes = "0";    // per job; 0: no cap
 };
 
 Status ParsePolicy(const std::string& text, sched::Policy& p) {
@@ -118,6 +120,22 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
   if (o.node_timeout.count() < 1000) {
     return InvalidArgument("--node-timeout: at least 1s, got " + f.node_timeout);
   }
+  auto retention = ParseDuration(f.log_retention);
+  if (!retention.ok() || retention->count() < 0) {
+    return InvalidArgument(
+        "--log-retention: expected a duration such as 30d, 12h or 0 (keep "
+        "forever), got " +
+        QuoteForMessage(f.log_retention));
+  }
+  o.log_retention = *retention;
+  auto max_bytes = ParseMemory(f.log_max_bytes);
+  if (!max_bytes.ok() || *max_bytes < 0) {
+    return InvalidArgument(
+        "--log-max-bytes: expected a size such as 10Gi, 500Mi or 0 (no cap), "
+        "got " +
+        QuoteForMessage(f.log_max_bytes));
+  }
+  o.log_max_job_bytes = *max_bytes;
   TY_RETURN_IF_ERROR(ParsePolicy(f.policy, o.policy));
   TY_ASSIGN_OR_RETURN(o.allowed_dirs, ParseAllowedDirs("--allowed-dirs", f.allowed_dirs));
   if (f.tls_cert.empty() != f.tls_key.empty()) {
@@ -158,6 +176,14 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
       ->capture_default_str();
   cmd->add_option("--max-jobs-per-tenant", f.max_unfinished_jobs_per_tenant,
                   "Unfinished (pending or running) jobs a tenant may have at once")
+      ->capture_default_str();
+  cmd->add_option("--log-retention", f.log_retention,
+                  "Delete the logs (and metrics-line copies) of jobs finished longer ago than "
+                  "this; 0 keeps them forever")
+      ->capture_default_str();
+  cmd->add_option("--log-max-bytes", f.log_max_bytes,
+                  "Rank logs one job may keep (e.g. 10Gi); over it, its oldest attempts' logs are "
+                  "deleted first, never the current attempt's; 0: no cap")
       ->capture_default_str();
   cmd->add_option("--tls-cert", f.tls_cert,
                   "Serve HTTPS with this PEM certificate (chain); needs --tls-key (docs/tls.md)");

@@ -11,6 +11,7 @@
 #include "core/job_text.h"
 #include "core/names.h"
 #include "core/spec_codec.h"
+#include "server/log_search.h"
 #include "server/metrics_page.h"
 #include "track/chrome_trace.h"
 #include "track/ingest.h"
@@ -611,6 +612,72 @@ Result<std::optional<std::vector<std::string>>> StringListField(const json& j, c
   return std::optional<std::vector<std::string>>(std::move(out));
 }
 
+// GET /jobs/{id}/logs/search query: pattern (required), attempt, rank, ignore_case,
+// max_matches.
+Result<LogSearchRequest> ParseLogSearch(const Params& p) {
+  TY_RETURN_IF_ERROR(CheckParams(p, {"pattern", "attempt", "rank", "ignore_case", "max_matches"}));
+  LogSearchRequest r;
+  auto pattern = Param(p, "pattern");
+  if (!pattern || pattern->empty()) {
+    return InvalidArgument("pattern: required, the text to find (a fixed string, 1.." +
+                           std::to_string(kMaxSearchPatternBytes) + " bytes)");
+  }
+  if (pattern->size() > kMaxSearchPatternBytes) {
+    return InvalidArgument("pattern: at most " + std::to_string(kMaxSearchPatternBytes) +
+                           " bytes, got " + std::to_string(pattern->size()));
+  }
+  if (pattern->find_first_of("\r\n") != std::string::npos) {
+    return InvalidArgument("pattern: one line of text (no newline), got " +
+                           QuoteForMessage(*pattern));
+  }
+  r.pattern = *pattern;
+  if (auto a = Param(p, "attempt")) {
+    TY_ASSIGN_OR_RETURN(int64_t attempt, ParseInt("attempt", *a, 0, 1'000'000));
+    r.attempt = static_cast<int32_t>(attempt);
+  }
+  if (auto rank = Param(p, "rank")) {
+    TY_ASSIGN_OR_RETURN(int64_t v, ParseInt("rank", *rank, 0, 100'000'000));
+    r.rank = static_cast<int32_t>(v);
+  }
+  if (auto m = Param(p, "max_matches")) {
+    TY_ASSIGN_OR_RETURN(r.max_matches, ParseInt("max_matches", *m, 1, kMaxSearchMatches));
+  }
+  if (auto i = Param(p, "ignore_case")) {
+    if (*i != "true" && *i != "false" && *i != "1" && *i != "0") {
+      return InvalidArgument("ignore_case: expected true or false, got " + QuoteForMessage(*i));
+    }
+    r.ignore_case = *i == "true" || *i == "1";
+  }
+  return r;
+}
+
+ordered_json RenderLogSearch(const LogSearchResult& found) {
+  ordered_json matches = ordered_json::array();
+  for (const LogSearchMatch& m : found.matches) {
+    matches.push_back({{"attempt", m.attempt},
+                       {"rank", m.rank},
+                       {"line", m.match.line},
+                       {"offset", m.match.offset},
+                       {"text", m.match.text}});
+  }
+  return {
+      {"matches", std::move(matches)}, {"truncated", found.truncated}, {"pruned", found.pruned}};
+}
+
+// RenderJob, with each attempt's first error lines (`errors`, by attempt index):
+// "error_lines" ([] when none) and "error_rank" (null when none).
+ordered_json RenderJobWithErrors(const JobView& v,
+                                 const std::map<int32_t, RankErrorLines>& errors) {
+  ordered_json j = RenderJob(v);
+  for (ordered_json& a : j["attempts"]) {
+    const auto index = a.value("index", int32_t{-1});
+    auto e = errors.find(index);
+    a["error_lines"] = e == errors.end() ? ordered_json::array() : ordered_json(e->second.lines);
+    a["error_rank"] = e == errors.end() ? ordered_json(nullptr) : ordered_json(e->second.rank);
+  }
+  return j;
+}
+
 }  // namespace
 
 std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
@@ -790,10 +857,15 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
                                                       : ordered_json(nullptr)}});
        });
   user("GET", R"(/jobs/([^/]+))", Action::kReadJobs,
-       [visible_job](const Request& req, Response& res, Call& call) {
+       [&logs, visible_job](const Request& req, Response& res, Call& call) {
          auto v = visible_job(req, call, Action::kReadJobs);
          if (!v.ok()) return SendError(res, v.status());
-         SendJson(res, 200, RenderJob(*v));
+         std::map<int32_t, RankErrorLines> errors;
+         for (const Attempt& a : v->job.attempts) {
+           if (!AttemptFailed(a.exit_reason)) continue;
+           if (auto e = logs.ErrorLines(v->job.id, a.index)) errors[a.index] = std::move(*e);
+         }
+         SendJson(res, 200, RenderJobWithErrors(*v, errors));
        });
   for (const std::string verb : {"cancel", "hold", "release"}) {
     user("POST", R"(/jobs/([^/]+)/)" + verb, Action::kManageJob,
@@ -872,8 +944,19 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
          res.set_header("X-Trainyard-Attempt", std::to_string(attempt));
          res.set_header("X-Trainyard-Job-State",
                         std::string(JobStateName(now.ok() ? now->job.state : v->job.state)));
+         if (chunk->pruned) res.set_header("X-Trainyard-Log-Pruned", "true");
          res.status = 200;
          res.set_content(chunk->data, "application/octet-stream");
+       });
+  user("GET", R"(/jobs/([^/]+)/logs/search)", Action::kReadJobs,
+       [&logs, visible_job](const Request& req, Response& res, Call& call) {
+         auto r = ParseLogSearch(req.params);
+         if (!r.ok()) return SendError(res, r.status());
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         auto found = logs.Search(v->job.id, *r);
+         if (!found.ok()) return SendError(res, found.status());
+         SendJson(res, 200, RenderLogSearch(*found));
        });
   user("POST", R"(/jobs/([^/]+)/checkpoint)", Action::kManageJob,
        [&cluster, visible_job](const Request& req, Response& res, Call& call) {
@@ -1336,18 +1419,13 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
          if (Status s = parse(); !s.ok()) return SendError(res, s);
          if (!rank) {
            // The lowest rank that logged the key.
-           auto infos = series->ListSeries(v->job.id);
-           if (!infos.ok()) return SendError(res, infos.status());
-           for (const track::SeriesInfo& i : *infos) {
-             if (i.key == key) {
-               rank = i.rank;
-               break;
-             }
-           }
-           if (!rank) {
+           auto lowest = series->LowestRank(v->job.id, key);
+           if (!lowest.ok()) return SendError(res, lowest.status());
+           if (!*lowest) {
              return SendError(res, NotFound("run " + std::to_string(v->job.id) + " has no metric " +
                                             QuoteForMessage(key)));
            }
+           rank = **lowest;
          }
          auto buckets = series->Read(v->job.id, key, *rank, range);
          if (!buckets.ok()) return SendError(res, buckets.status());

@@ -284,6 +284,7 @@ const std::map<std::string, Rule>& Rules() {
       {"GET /api/v1/jobs/([^/]+)", JobRead("")},
       {"GET /api/v1/jobs/([^/]+)/events", JobRead("/events")},
       {"GET /api/v1/jobs/([^/]+)/logs", JobRead("/logs")},
+      {"GET /api/v1/jobs/([^/]+)/logs/search", JobRead("/logs/search?pattern=x")},
       {"POST /api/v1/jobs/([^/]+)/cancel", JobManage("cancel")},
       {"POST /api/v1/jobs/([^/]+)/hold", JobManage("hold")},
       {"POST /api/v1/jobs/([^/]+)/release", JobManage("release")},

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "http/tls.h"
@@ -217,8 +218,61 @@ std::string Server::Url() const {
   return (opt_.tls_cert.empty() ? "http://" : "https://") + opt_.host + ":" + std::to_string(port_);
 }
 
+Status Server::PruneLogs() {
+  const LogRetentionPolicy policy{opt_.log_retention, opt_.log_max_job_bytes};
+  if (policy.retention.count() <= 0 && policy.max_job_bytes <= 0) return Status::Ok();
+  const std::vector<StoredLogFile> files = logs_->ListFiles();
+  if (files.empty()) return Status::Ok();
+  const Timestamp now = clock_.Now();
+  // End times of the finished jobs whose files may be past the retention. A job ends
+  // after its last write, so one with a file written since `now - retention` has not
+  // been finished that long; the others are looked up from the lowest id to the
+  // highest, a page at a time.
+  std::map<JobId, JobLogFacts> jobs;
+  std::map<JobId, Timestamp> last_written;
+  for (const StoredLogFile& f : files) {
+    auto [it, added] = last_written.emplace(f.job, f.modified);
+    it->second = std::max(it->second, f.modified);
+  }
+  std::set<JobId> old;
+  for (const auto& [job, written] : last_written) {
+    if (policy.retention.count() > 0 && now - written > policy.retention) old.insert(job);
+  }
+  if (!old.empty()) {
+    ListJobsRequest req;
+    req.filter.states = {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled};
+    req.after_id = *old.begin() - 1;
+    req.limit = 1000;
+    while (req.after_id < *old.rbegin()) {
+      TY_ASSIGN_OR_RETURN(store::JobPage page, cluster_->ListJobs(req));
+      for (const Job& j : page.jobs) {
+        if (!old.contains(j.id)) continue;
+        jobs[j.id] = {j.state_time, j.attempts.empty() ? -1 : j.attempts.back().index};
+      }
+      if (!page.next_after_id) break;
+      req.after_id = *page.next_after_id;
+    }
+  }
+  const LogPrunePlan plan = PlanLogPruning(files, jobs, now, policy);
+  if (plan.empty()) return Status::Ok();
+  Status s = logs_->Prune(plan);
+  std::cerr << "trainyard server: log retention: deleted";
+  if (!plan.expired_jobs.empty()) {
+    std::cerr << " the logs of " << plan.expired_jobs.size() << " job(s) finished over "
+              << FormatDuration(policy.retention) << " ago (--log-retention)";
+  }
+  if (!plan.files.empty()) {
+    std::cerr << (plan.expired_jobs.empty() ? " " : "; ") << plan.files.size()
+              << " rank log(s) of earlier attempts of jobs over "
+              << FormatMemory(policy.max_job_bytes) << " (--log-max-bytes)";
+  }
+  std::cerr << "\n";
+  return s;
+}
+
 void Server::Loop() {
   Timestamp last_tick{};
+  Timestamp last_prune{};
   Duration last_pass{0};
   while (!stopping_.load()) {
     cluster_->WaitForWork(std::chrono::milliseconds(500));
@@ -227,6 +281,12 @@ void Server::Loop() {
       std::cerr << "trainyard server: " << s.ToString() << "\n";
     }
     const Timestamp now = clock_.Now();
+    if (now - last_prune >= opt_.log_prune_interval) {
+      last_prune = now;
+      if (Status s = PruneLogs(); !s.ok()) {
+        std::cerr << "trainyard server: log retention: " << s.ToString() << "\n";
+      }
+    }
     if (cluster_->NeedsPass() || now - last_tick >= opt_.pass_interval) {
       // Let a burst of events land before the pass; and after a long pass (100,000
       // Pending jobs), wait as long again, so that under a flood of submissions passes

@@ -1,7 +1,7 @@
 // Server: the `trainyard server` process in one object — a SQLite store in the data
 // directory, the Cluster state machine, the HTTP API, and the scheduling loop thread
 // (a pass after every burst of events, coalesced, and at least every few seconds;
-// node timeouts checked every 500 ms).
+// node timeouts checked every 500 ms; old logs pruned at most once a minute).
 //
 // Thread-safety: Start and Stop from one thread; everything else runs on the HTTP
 // worker threads and the loop thread.
@@ -55,6 +55,12 @@ struct ServerOptions {
   // Connections served at once: cpp-httplib gives each open connection a thread
   // (started on demand); each agent's long poll holds one while it waits.
   int http_threads = 4096;
+  // Log retention (LogRetentionPolicy): the logs and metrics-line copies of jobs
+  // finished longer ago than `log_retention` are deleted (0: kept forever), and a job's
+  // rank logs over `log_max_job_bytes` lose their oldest attempts first (0: no cap).
+  Duration log_retention{int64_t{30} * 86'400'000};
+  int64_t log_max_job_bytes = 0;
+  Duration log_prune_interval{60'000};  // at most this often
 };
 
 class Server {
@@ -72,6 +78,8 @@ class Server {
 
  private:
   void Loop();
+  // Deletes the logs that the retention options say to (PlanLogPruning).
+  Status PruneLogs();
 
   ServerOptions opt_;
   std::string token_;

@@ -5,7 +5,7 @@
 #
 #   e2e.sh TRAINYARD_BINARY CASE     CASE: gang | pending | bad-input | preempt |
 #                                          server-restart | agent-loss | rank-failure |
-#                                          auth
+#                                          auth | logs
 set -euo pipefail
 T=$1
 CASE=$2
@@ -258,6 +258,74 @@ assert all(e["source"].startswith("127.0.0.1:") for e in entries), entries
   out=$("$T" server --data-dir "$WORK/insecure" --listen 0.0.0.0:0 --insecure-local 2>&1); rc=$?
   set -e
   [[ $rc -eq 2 && $out == *"loopback"* ]] || fail "--insecure-local on 0.0.0.0: rc=$rc $out"
+  ;;
+logs)
+  # A job that prints, then dies of a Python exception: search its log, see its error
+  # lines in `job show` and the JSON, then let retention delete the log.
+  start_agent node-0 1
+  wait_nodes 1
+  id=$(submit "$(spec traceback 'name: traceback
+resources: {gpus: 1}
+command:
+  - /usr/bin/python3
+  - -c
+  - |
+    for step in range(3):
+        print("step", step, "loss", 2.5 - step, flush=True)
+    def load(shard):
+        raise FileNotFoundError("no such shard: " + shard)
+    load("shard-7")')")
+  wait_state "$id" Failed 30
+  for _ in $(seq 50); do  # the last log chunk
+    [[ $("$T" logs "$id") == *FileNotFoundError* ]] && break
+    sleep 0.1
+  done
+  out=$("$T" logs "$id" --grep "loss 1.5")
+  [[ $out == "attempt 0 rank 0 line 2: step 1 loss 1.5" ]] || fail "grep: $out"
+  out=$("$T" logs "$id" --grep SHARD-7 -i --rank 0 --attempt 0)
+  # (Where Python shows the source of -c code, the load("shard-7") line matches too.)
+  [[ $(tail -1 <<<"$out") =~ ^attempt\ 0\ rank\ 0\ line\ [0-9]+:\ FileNotFoundError:\ no\ such\ shard:\ shard-7$ ]] ||
+    fail "grep -i: $out"
+  [[ -z $("$T" logs "$id" --grep "no such line") ]] || fail "grep found what is not there"
+  out=$("$T" logs "$id" --grep step --max 2 2>&1)
+  [[ $out == *"line 2: step 1"* && $out == *"stopped early"* ]] || fail "grep --max: $out"
+  set +e
+  out=$("$T" logs "$id" --grep x --max 0 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "--max 0: rc=$rc $out"
+  code=$(curl -H "Authorization: Bearer $(cat "$D/token")" -s -o "$WORK/body" -w '%{http_code}' \
+    "$(cat "$D/server.url")/api/v1/jobs/$id/logs/search?pattern=x&max_matches=99999")
+  [[ $code == 400 && $(cat "$WORK/body") == *max_matches*99999* ]] ||
+    fail "max_matches=99999: $code $(cat "$WORK/body")"
+  set -e
+  show=$("$T" job show "$id")
+  [[ $show == *"error (rank 0):"*"Traceback (most recent call last):"*"FileNotFoundError: no such shard: shard-7"* ]] ||
+    fail "job show: $show"
+  [[ $(job_field "$id" 'j["attempts"][0]["error_lines"][0]') == "Traceback (most recent call last):" ]] ||
+    fail "error_lines: $(job_field "$id" 'j["attempts"][0]')"
+  [[ $(job_field "$id" 'j["attempts"][0]["error_lines"][-1]') == "FileNotFoundError: no such shard: shard-7" ]] ||
+    fail "error_lines: $(job_field "$id" 'j["attempts"][0]')"
+  # Retention: a server that keeps logs for 1s prunes this job's as it starts.
+  set +e
+  out=$("$T" server --data-dir "$WORK/other" --port 0 --log-max-bytes lots 2>&1); rc=$?
+  set -e
+  [[ $rc -eq 2 && $out == *"--log-max-bytes"*lots* ]] || fail "bad --log-max-bytes: rc=$rc $out"
+  sleep 1.1
+  kill -TERM "$SERVER_PID"
+  wait "$SERVER_PID" || true
+  SERVER_FLAGS=(--log-retention 1s)
+  start_server
+  for _ in $(seq 50); do
+    out=$("$T" logs "$id" 2>&1)
+    [[ $out == *"deleted by the server's log retention"* ]] && break
+    sleep 0.1
+  done
+  [[ $out == *"deleted by the server's log retention"* && $out != *step* ]] || fail "not pruned: $out"
+  [[ ! -e $D/logs/$id ]] || fail "the job's log directory is still there"
+  out=$("$T" logs "$id" --grep step 2>&1)
+  [[ $out == *"deleted by the server's log retention"* && $out != *"line "* ]] ||
+    fail "grep after pruning: $out"
+  grep -q "log retention: deleted the logs of 1 job" "$WORK/server.log" ||
+    fail "no word of pruning in the server log"
   ;;
 *)
   fail "unknown case"
