@@ -2,15 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <charconv>
-#include <cmath>
-#include <functional>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "core/names.h"
 #include "core/units.h"
+#include "core/yaml_reader.h"
 #include "core/yaml_text.h"
 
 namespace trainyard {
@@ -43,40 +40,18 @@ const std::vector<std::string_view> kTopFields = {"name",
 const std::vector<std::string_view> kResourceFields = {"gpus", "gpu_type", "gpu_memory", "cpus",
                                                        "memory"};
 const std::vector<std::string_view> kTopologyFields = {"constraint", "mode"};
+const std::vector<std::string_view> kTopologyConstraints = {"none", "same-node", "same-nvlink",
+                                                            "same-leaf"};
 const std::vector<std::string_view> kCheckpointFields = {"dir", "interval", "preempt_grace",
                                                          "notice_signal"};
 const std::vector<std::string_view> kRetryFields = {"max", "backoff", "max_backoff",
                                                     "exclude_failed_nodes"};
 const std::vector<std::string_view> kExperimentFields = {"name", "params", "data_version", "code"};
 
-std::string Join(const std::vector<std::string_view>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ", ";
-    out += v[i];
-  }
-  return out;
-}
-
-std::string KindName(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return QuoteForMessage(n.Scalar());
-    default:
-      return "an undefined value";
-  }
-}
-
 // Reads one YAML document into a JobSpec, collecting every problem it meets.
-class SpecReader {
+class SpecReader : public YamlFieldReader {
  public:
-  explicit SpecReader(std::string_view file) : file_(file) {}
+  explicit SpecReader(std::string_view file) : YamlFieldReader(file) {}
 
   void Read(const YAML::Node& root, JobSpec& spec) {
     if (!root.IsMap()) {
@@ -135,174 +110,13 @@ class SpecReader {
     });
   }
 
-  // Line where `field` (or, failing that, its closest enclosing object) was written.
-  int LineOf(const std::string& field) const {
-    std::string f = field;
-    while (true) {
-      if (auto it = lines_.find(f); it != lines_.end()) return it->second;
-      auto cut = f.find_last_of(".[");
-      if (cut == std::string::npos) return 0;
-      f = f.substr(0, cut);
-    }
-  }
-
-  void Error(const YAML::Node& at, std::string field, std::string message) {
-    errors_.push_back(Diagnostic{file_, LineOfNode(at), std::move(field), std::move(message)});
-  }
-  void ErrorAtLine(int line, std::string field, std::string message) {
-    errors_.push_back(Diagnostic{file_, line, std::move(field), std::move(message)});
-  }
-
-  std::vector<Diagnostic>& errors() { return errors_; }
   std::vector<Diagnostic>& warnings() { return warnings_; }
-  const std::string& file() const { return file_; }
 
  private:
-  static int LineOfNode(const YAML::Node& n) {
-    if (!n.IsDefined()) return 0;
-    const YAML::Mark m = n.Mark();
-    return m.is_null() ? 0 : m.line + 1;
-  }
-
-  // Calls `fn(key, value)` for every known key of map `n`; unknown or repeated keys
-  // are errors. `prefix` is the dotted path of `n` ("" at top level).
-  void ForEachField(const YAML::Node& n, const std::string& prefix,
-                    const std::vector<std::string_view>& known,
-                    const std::function<void(const std::string&, const YAML::Node&)>& fn) {
-    std::set<std::string> seen;
-    for (const auto& kv : n) {
-      const YAML::Node& k = kv.first;
-      if (!k.IsScalar()) {
-        Error(k, prefix, "field names must be plain words, got " + KindName(k));
-        continue;
-      }
-      const std::string& key = k.Scalar();
-      const std::string path = prefix.empty() ? key : prefix + "." + key;
-      lines_.emplace(path, LineOfNode(k));
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        std::string msg = "unknown field";
-        if (std::string hint = ClosestMatch(key, known); !hint.empty()) {
-          msg += "; did you mean " + hint + "?";
-        } else {
-          msg += "; valid fields" + std::string(prefix.empty() ? "" : " of " + prefix) + " are " +
-                 Join(known);
-        }
-        Error(k, path, msg);
-        continue;
-      }
-      if (!seen.insert(key).second) {
-        Error(k, path, "appears more than once; give each field once");
-        continue;
-      }
-      if (kv.second.IsNull()) continue;  // `field:` with no value: as if not given
-      fn(path, kv.second);
-    }
-  }
-
-  bool Scalar(const YAML::Node& v, const std::string& field, std::string_view expected) {
-    if (v.IsScalar()) return true;
-    Error(v, field, "must be " + std::string(expected) + ", got " + KindName(v));
-    return false;
-  }
-
-  void String(const YAML::Node& v, const std::string& field, std::string& out) {
-    if (Scalar(v, field, "a string")) out = v.Scalar();
-  }
-
-  bool ParseInt(const YAML::Node& v, const std::string& field, int64_t lo, int64_t hi,
-                int64_t& out) {
-    if (!Scalar(v, field, "an integer")) return false;
-    const std::string& s = v.Scalar();
-    int64_t n = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (ec == std::errc::result_out_of_range) {
-      Error(v, field, "must be <= " + std::to_string(hi) + ", got " + QuoteForMessage(s));
-      return false;
-    }
-    if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
-      Error(v, field, "must be an integer, got " + QuoteForMessage(s));
-      return false;
-    }
-    if (n < lo) {
-      Error(v, field, "must be >= " + std::to_string(lo) + ", got " + s);
-      return false;
-    }
-    if (n > hi) {
-      Error(v, field, "must be <= " + std::to_string(hi) + ", got " + s);
-      return false;
-    }
-    out = n;
-    return true;
-  }
-
   void Int32(const YAML::Node& v, const std::string& field, int32_t& out) {
-    int64_t n = 0;
     // Range is checked by ValidateSpec with the domain's limits; here only that it
     // is a number that fits.
-    if (ParseInt(v, field, INT32_MIN, INT32_MAX, n)) out = static_cast<int32_t>(n);
-  }
-
-  void Bool(const YAML::Node& v, const std::string& field, bool& out) {
-    if (!Scalar(v, field, "true or false")) return;
-    const std::string& s = v.Scalar();
-    if (s == "true" || s == "True" || s == "yes") {
-      out = true;
-    } else if (s == "false" || s == "False" || s == "no") {
-      out = false;
-    } else {
-      Error(v, field, "must be true or false, got " + QuoteForMessage(s));
-    }
-  }
-
-  void DurationField(const YAML::Node& v, const std::string& field, Duration& out) {
-    if (!Scalar(v, field, "a duration such as \"30m\"")) return;
-    auto d = ParseDuration(v.Scalar());
-    if (!d.ok()) {
-      Error(v, field, d.status().message());
-      return;
-    }
-    out = *d;
-  }
-
-  void MemoryField(const YAML::Node& v, const std::string& field, int64_t& out) {
-    if (!Scalar(v, field, "a memory size such as \"256Gi\"")) return;
-    auto m = ParseMemory(v.Scalar());
-    if (!m.ok()) {
-      Error(v, field, m.status().message());
-      return;
-    }
-    out = *m;
-  }
-
-  // CPUs: a whole or decimal number of cores ("8", "0.5") or millicores ("500m").
-  void CpusField(const YAML::Node& v, const std::string& field, int64_t& out) {
-    if (!Scalar(v, field, "a number of CPUs such as 8, 0.5 or \"500m\"")) return;
-    const std::string& s = v.Scalar();
-    const std::string hint =
-        "must be a number of CPUs such as 8, 0.5 or \"500m\", got " + QuoteForMessage(s);
-    if (!s.empty() && s.back() == 'm') {
-      int64_t milli = 0;
-      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size() - 1, milli);
-      if (ec != std::errc() || ptr != s.data() + s.size() - 1 || milli < 0) {
-        Error(v, field, hint);
-        return;
-      }
-      out = milli;
-      return;
-    }
-    double cores = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), cores);
-    if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(cores) || cores < 0) {
-      Error(v, field, hint);
-      return;
-    }
-    if (cores > 1e9) {
-      Error(v, field,
-            "must be <= " + std::to_string(SpecLimits::kMaxMilliCpusPerReplica / 1000) + ", got " +
-                s);
-      return;
-    }
-    out = std::llround(cores * 1000);
+    IntAs(v, field, INT32_MIN, INT32_MAX, out);
   }
 
   void StringList(const YAML::Node& v, const std::string& field, std::vector<std::string>& out) {
@@ -362,56 +176,26 @@ class SpecReader {
 
   void StringMap(const YAML::Node& v, const std::string& field,
                  std::map<std::string, std::string>& out) {
-    if (!v.IsMap()) {
-      Error(v, field, "must be a map of names to strings, got " + KindName(v));
-      return;
-    }
-    if (v.size() > SpecLimits::kMaxEnv + SpecLimits::kMaxParams) {
+    if (v.IsMap() && v.size() > SpecLimits::kMaxEnv + SpecLimits::kMaxParams) {
       Error(v, field, "has " + std::to_string(v.size()) + " entries; far beyond the limits");
       return;
     }
-    for (const auto& kv : v) {
-      if (!kv.first.IsScalar()) {
-        Error(kv.first, field, "keys must be strings, got " + KindName(kv.first));
-        continue;
-      }
-      const std::string& key = kv.first.Scalar();
-      std::string f = field + "." + key;
-      lines_.emplace(f, LineOfNode(kv.first));
-      if (out.count(key)) {
-        Error(kv.first, f, "appears more than once");
-        continue;
-      }
-      if (kv.second.IsNull()) {
-        out[key] = "";
-      } else if (kv.second.IsScalar()) {
-        out[key] = kv.second.Scalar();
-      } else {
-        Error(kv.second, f, "must be a string, got " + KindName(kv.second));
-      }
-    }
-  }
-
-  bool Object(const YAML::Node& v, const std::string& field,
-              const std::vector<std::string_view>& known) {
-    if (v.IsMap()) return true;
-    Error(v, field, "must be a map with fields " + Join(known) + ", got " + KindName(v));
-    return false;
+    YamlFieldReader::StringMap(v, field, out);
   }
 
   void ReadResources(const YAML::Node& v, Resources& r) {
-    if (!Object(v, "resources", kResourceFields)) return;
-    ForEachField(v, "resources", kResourceFields, [&](const std::string& f, const YAML::Node& x) {
-      if (f == "resources.gpus") {
-        int64_t n = 0;
-        if (ParseInt(x, f, INT64_MIN, INT64_MAX, n)) r.gpus = n;
-      } else if (f == "resources.gpu_type") {
+    if (!Map(v, "resources", kResourceFields)) return;
+    ForEachField(v, "resources", kResourceFields, [&](const std::string& key, const YAML::Node& x) {
+      const std::string f = "resources." + key;
+      if (key == "gpus") {
+        Int(x, f, INT64_MIN, INT64_MAX, r.gpus);
+      } else if (key == "gpu_type") {
         String(x, f, r.gpu_type);
-      } else if (f == "resources.gpu_memory") {
+      } else if (key == "gpu_memory") {
         MemoryField(x, f, r.gpu_memory_bytes);
-      } else if (f == "resources.cpus") {
+      } else if (key == "cpus") {
         CpusField(x, f, r.milli_cpus);
-      } else if (f == "resources.memory") {
+      } else if (key == "memory") {
         MemoryField(x, f, r.memory_bytes);
       }
     });
@@ -419,28 +203,20 @@ class SpecReader {
 
   void ReadTopology(const YAML::Node& v, TopologySpec& t) {
     auto constraint = [&](const YAML::Node& x, const std::string& f) {
-      if (!Scalar(x, f, "one of none, same-node, same-nvlink, same-leaf")) return;
-      if (auto c = ParseTopologyConstraint(x.Scalar())) {
-        t.constraint = *c;
-      } else {
-        std::string msg = "must be one of none, same-node, same-nvlink, same-leaf, got " +
-                          QuoteForMessage(x.Scalar());
-        std::string hint =
-            ClosestMatch(x.Scalar(), {"none", "same-node", "same-nvlink", "same-leaf"});
-        if (!hint.empty()) msg += "; did you mean " + hint + "?";
-        Error(x, f, msg);
-      }
+      std::string name;
+      if (Choice(x, f, kTopologyConstraints, name)) t.constraint = *ParseTopologyConstraint(name);
     };
     t.hard = true;  // a constraint that is written is meant, unless mode: soft says otherwise
     if (v.IsScalar()) {
       constraint(v, "topology");
       return;
     }
-    if (!Object(v, "topology", kTopologyFields)) return;
-    ForEachField(v, "topology", kTopologyFields, [&](const std::string& f, const YAML::Node& x) {
-      if (f == "topology.constraint") {
+    if (!Map(v, "topology", kTopologyFields)) return;
+    ForEachField(v, "topology", kTopologyFields, [&](const std::string& key, const YAML::Node& x) {
+      const std::string f = "topology." + key;
+      if (key == "constraint") {
         constraint(x, f);
-      } else if (f == "topology.mode") {
+      } else if (key == "mode") {
         if (!Scalar(x, f, "hard or soft")) return;
         if (x.Scalar() == "hard") {
           t.hard = true;
@@ -454,53 +230,53 @@ class SpecReader {
   }
 
   void ReadCheckpoint(const YAML::Node& v, CheckpointSpec& c) {
-    if (!Object(v, "checkpoint", kCheckpointFields)) return;
+    if (!Map(v, "checkpoint", kCheckpointFields)) return;
     ForEachField(v, "checkpoint", kCheckpointFields,
-                 [&](const std::string& f, const YAML::Node& x) {
-                   if (f == "checkpoint.dir")
+                 [&](const std::string& key, const YAML::Node& x) {
+                   const std::string f = "checkpoint." + key;
+                   if (key == "dir")
                      String(x, f, c.dir);
-                   else if (f == "checkpoint.interval")
+                   else if (key == "interval")
                      DurationField(x, f, c.interval);
-                   else if (f == "checkpoint.preempt_grace")
+                   else if (key == "preempt_grace")
                      DurationField(x, f, c.preempt_grace);
-                   else if (f == "checkpoint.notice_signal")
+                   else if (key == "notice_signal")
                      String(x, f, c.notice_signal);
                  });
   }
 
   void ReadRetry(const YAML::Node& v, RetrySpec& r) {
-    if (!Object(v, "retry", kRetryFields)) return;
-    ForEachField(v, "retry", kRetryFields, [&](const std::string& f, const YAML::Node& x) {
-      if (f == "retry.max")
+    if (!Map(v, "retry", kRetryFields)) return;
+    ForEachField(v, "retry", kRetryFields, [&](const std::string& key, const YAML::Node& x) {
+      const std::string f = "retry." + key;
+      if (key == "max")
         Int32(x, f, r.max);
-      else if (f == "retry.backoff")
+      else if (key == "backoff")
         DurationField(x, f, r.backoff);
-      else if (f == "retry.max_backoff")
+      else if (key == "max_backoff")
         DurationField(x, f, r.max_backoff);
-      else if (f == "retry.exclude_failed_nodes")
+      else if (key == "exclude_failed_nodes")
         Bool(x, f, r.exclude_failed_nodes);
     });
   }
 
   void ReadExperiment(const YAML::Node& v, ExperimentSpec& e) {
-    if (!Object(v, "experiment", kExperimentFields)) return;
+    if (!Map(v, "experiment", kExperimentFields)) return;
     ForEachField(v, "experiment", kExperimentFields,
-                 [&](const std::string& f, const YAML::Node& x) {
-                   if (f == "experiment.name")
+                 [&](const std::string& key, const YAML::Node& x) {
+                   const std::string f = "experiment." + key;
+                   if (key == "name")
                      String(x, f, e.name);
-                   else if (f == "experiment.params")
+                   else if (key == "params")
                      StringMap(x, f, e.params);
-                   else if (f == "experiment.data_version")
+                   else if (key == "data_version")
                      String(x, f, e.data_version);
-                   else if (f == "experiment.code")
+                   else if (key == "code")
                      String(x, f, e.code);
                  });
   }
 
-  std::string file_;
-  std::vector<Diagnostic> errors_;
   std::vector<Diagnostic> warnings_;
-  std::map<std::string, int> lines_;
 };
 
 std::string CpusText(int64_t milli) {

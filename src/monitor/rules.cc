@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/names.h"
+#include "core/yaml_reader.h"
 #include "core/yaml_text.h"
 
 namespace trainyard::monitor {
@@ -81,15 +82,6 @@ const std::vector<SignalInfo>& SignalTable() {
   return *table;
 }
 
-std::string Join(const std::vector<std::string_view>& v, std::string_view last_sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out += (i + 1 == v.size()) ? last_sep : ", ";
-    out += v[i];
-  }
-  return out;
-}
-
 std::vector<std::string_view> SignalNames(const std::function<bool(const SignalInfo&)>& keep) {
   std::vector<std::string_view> out;
   for (const SignalInfo& s : SignalTable()) {
@@ -141,21 +133,6 @@ bool IsLabelName(std::string_view s) {
   return !(s.size() >= 2 && s[0] == '_' && s[1] == '_');
 }
 
-std::string KindName(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return QuoteForMessage(n.Scalar());
-    default:
-      return "an undefined value";
-  }
-}
-
 // ---- Templates ------------------------------------------------------------------------
 
 struct Piece {
@@ -202,9 +179,9 @@ bool SplitTemplate(std::string_view text, std::vector<Piece>& out, std::string& 
 
 // ---- The reader -----------------------------------------------------------------------
 
-class RulesReader {
+class RulesReader : public YamlFieldReader {
  public:
-  explicit RulesReader(std::string_view file) : file_(file) {}
+  explicit RulesReader(std::string_view file) : YamlFieldReader(file) {}
 
   void Read(const YAML::Node& root, RuleFile& out) {
     if (root.IsNull()) return;  // an empty file: no rules, no limits
@@ -223,64 +200,9 @@ class RulesReader {
     });
   }
 
-  void ErrorAtLine(int line, std::string field, std::string message) {
-    errors_.push_back(Diagnostic{file_, line, std::move(field), std::move(message)});
-  }
-  std::vector<Diagnostic>& errors() { return errors_; }
-
  private:
-  static int LineOf(const YAML::Node& n) {
-    if (!n.IsDefined()) return 0;
-    const YAML::Mark m = n.Mark();
-    return m.is_null() ? 0 : m.line + 1;
-  }
-
-  void Error(const YAML::Node& at, std::string field, std::string message) {
-    ErrorAtLine(LineOf(at), std::move(field), std::move(message));
-  }
-
   static std::string Path(const std::string& prefix, std::string_view key) {
     return prefix.empty() ? std::string(key) : prefix + "." + std::string(key);
-  }
-
-  // Calls fn(key, value) for each known key of map `n`, in the order written; unknown
-  // and repeated keys are errors. Keys with no value are skipped (as if not given).
-  void ForEachField(const YAML::Node& n, const std::string& prefix,
-                    const std::vector<std::string_view>& known,
-                    const std::function<void(const std::string&, const YAML::Node&)>& fn) {
-    std::set<std::string> seen;
-    for (const auto& kv : n) {
-      const YAML::Node& k = kv.first;
-      if (!k.IsScalar()) {
-        Error(k, prefix, "field names must be plain words, got " + KindName(k));
-        continue;
-      }
-      const std::string& key = k.Scalar();
-      const std::string path = Path(prefix, key);
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        std::string msg = "unknown field";
-        if (std::string hint = ClosestMatch(key, known); !hint.empty()) {
-          msg += "; did you mean " + hint + "?";
-        } else {
-          msg += "; valid fields" + (prefix.empty() ? std::string() : " of " + prefix) + " are " +
-                 Join(known);
-        }
-        Error(k, path, msg);
-        continue;
-      }
-      if (!seen.insert(key).second) {
-        Error(k, path, "appears more than once; give each field once");
-        continue;
-      }
-      if (kv.second.IsNull()) continue;
-      fn(key, kv.second);
-    }
-  }
-
-  bool Scalar(const YAML::Node& v, const std::string& field, std::string_view expected) {
-    if (v.IsScalar()) return true;
-    Error(v, field, "must be " + std::string(expected) + ", got " + KindName(v));
-    return false;
   }
 
   bool Number(const YAML::Node& v, const std::string& field, double& out) {
@@ -296,117 +218,59 @@ class RulesReader {
     return true;
   }
 
-  bool Int(const YAML::Node& v, const std::string& field, int lo, int hi, int& out) {
-    if (!Scalar(v, field, "a whole number")) return false;
-    const std::string& s = v.Scalar();
-    int64_t n = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (s.empty() || ec == std::errc::invalid_argument || ptr != s.data() + s.size()) {
-      Error(v, field, "must be a whole number, got " + QuoteForMessage(s));
-      return false;
-    }
-    if (ec == std::errc::result_out_of_range || n < lo || n > hi) {
-      Error(v, field,
-            "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + s);
-      return false;
-    }
-    out = static_cast<int>(n);
-    return true;
-  }
-
-  bool Bool(const YAML::Node& v, const std::string& field, bool& out) {
-    if (!Scalar(v, field, "true or false")) return false;
-    const std::string& s = v.Scalar();
-    if (s == "true" || s == "True" || s == "yes") {
-      out = true;
-    } else if (s == "false" || s == "False" || s == "no") {
-      out = false;
-    } else {
-      Error(v, field, "must be true or false, got " + QuoteForMessage(s));
-      return false;
-    }
-    return true;
+  bool WholeNumber(const YAML::Node& v, const std::string& field, int lo, int hi, int& out) {
+    return IntAs(v, field, lo, hi, out, IntWording{"a whole number", /*between=*/true});
   }
 
   // A duration between `lo` and kMaxWindow.
-  bool DurationField(const YAML::Node& v, const std::string& field, Duration lo, Duration& out) {
-    if (!Scalar(v, field, "a duration such as \"5m\"")) return false;
-    auto d = ParseDuration(v.Scalar());
-    if (!d.ok()) {
-      Error(v, field, d.status().message());
-      return false;
-    }
-    if (*d < lo || *d > kMaxWindow) {
+  bool BoundedDuration(const YAML::Node& v, const std::string& field, Duration lo, Duration& out) {
+    Duration d{0};
+    if (!DurationField(v, field, d, "a duration such as \"5m\"")) return false;
+    if (d < lo || d > kMaxWindow) {
       Error(v, field,
             "must be between " + FormatDuration(lo) + " and " + FormatDuration(kMaxWindow) +
                 ", got " + QuoteForMessage(v.Scalar()));
       return false;
     }
-    out = *d;
+    out = d;
     return true;
   }
 
   // One of `names`, as an enum; the error lists them and suggests the closest.
   template <typename E>
-  bool Choice(const YAML::Node& v, const std::string& field,
-              const std::vector<std::string_view>& names, E& out) {
-    const std::string expected = "one of " + Join(names, " or ");
-    if (!Scalar(v, field, expected)) return false;
-    if (auto e = EnumOf<E>(names, v.Scalar())) {
-      out = *e;
-      return true;
-    }
-    std::string msg = "must be " + expected + ", got " + QuoteForMessage(v.Scalar());
-    if (std::string hint = ClosestMatch(v.Scalar(), names); !hint.empty()) {
-      msg += "; did you mean " + hint + "?";
-    }
-    Error(v, field, msg);
-    return false;
+  bool EnumChoice(const YAML::Node& v, const std::string& field,
+                  const std::vector<std::string_view>& names, E& out) {
+    auto i = ChoiceIndex(v, field, names, " or ");
+    if (!i) return false;
+    out = static_cast<E>(*i);
+    return true;
   }
 
-  void StringMap(const YAML::Node& v, const std::string& field, bool reserve, Labels& out) {
-    if (!v.IsMap()) {
-      Error(v, field, "must be a map of names to strings, got " + KindName(v));
-      return;
-    }
-    if (v.size() > kMaxLabels) {
+  // Labels or annotations: their names must be label names; `reserve` refuses the ones
+  // the engine sets itself.
+  void LabelMap(const YAML::Node& v, const std::string& field, bool reserve, Labels& out) {
+    if (v.IsMap() && v.size() > kMaxLabels) {
       Error(v, field,
             "has " + std::to_string(v.size()) + " entries; at most " + std::to_string(kMaxLabels) +
                 " are accepted");
       return;
     }
-    for (const auto& kv : v) {
-      if (!kv.first.IsScalar()) {
-        Error(kv.first, field, "keys must be names, got " + KindName(kv.first));
-        continue;
-      }
-      const std::string& key = kv.first.Scalar();
-      const std::string f = field + "." + key;
-      if (!IsLabelName(key)) {
-        Error(kv.first, f,
+    StringMap(v, field, out, "names", [&](const YAML::Node& key, const std::string& f) {
+      if (!IsLabelName(key.Scalar())) {
+        Error(key, f,
               "is not a valid name: use letters, digits and '_', not starting with a digit "
               "or \"__\"");
-        continue;
+        return false;
       }
-      if (reserve &&
-          std::find(kReservedLabels.begin(), kReservedLabels.end(), key) != kReservedLabels.end()) {
-        Error(kv.first, f,
+      if (reserve && std::find(kReservedLabels.begin(), kReservedLabels.end(), key.Scalar()) !=
+                         kReservedLabels.end()) {
+        Error(key, f,
               "is set by the engine (alertname is the rule's name, severity its severity: "
               "field); remove it");
-        continue;
+        return false;
       }
-      if (out.count(key)) {
-        Error(kv.first, f, "appears more than once");
-        continue;
-      }
-      if (kv.second.IsNull()) {
-        out[key] = "";
-      } else if (kv.second.IsScalar()) {
-        out[key] = kv.second.Scalar();
-      } else {
-        Error(kv.second, f, "must be a string, got " + KindName(kv.second));
-      }
-    }
+      return true;
+    });
   }
 
   void ReadRules(const YAML::Node& v, std::vector<Rule>& out) {
@@ -424,7 +288,7 @@ class RulesReader {
     for (size_t i = 0; i < v.size(); ++i) {
       Rule rule;
       if (!ReadRule(v[i], i, rule)) continue;
-      const int line = LineOf(v[i]);
+      const int line = LineOfNode(v[i]);
       auto [it, inserted] = first_line.emplace(rule.name, line);
       if (!inserted) {
         Error(v[i]["name"], "rules[" + std::to_string(i) + "].name",
@@ -438,13 +302,13 @@ class RulesReader {
 
   // Reads rules[index]; false when it has errors (they are recorded).
   bool ReadRule(const YAML::Node& n, size_t index, Rule& rule) {
-    const size_t errors_before = errors_.size();
+    const size_t errors_before = errors().size();
     std::string prefix = "rules[" + std::to_string(index) + "]";
     if (!n.IsMap()) {
       Error(n, prefix, "must be a map with name, signal, condition, ..., got " + KindName(n));
       return false;
     }
-    rule.origin = file_ + ":" + std::to_string(LineOf(n));
+    rule.origin = file() + ":" + std::to_string(LineOfNode(n));
     // The name goes first, so that every message about this rule can use it.
     const YAML::Node name = n["name"];
     if (!name.IsDefined() || name.IsNull()) {
@@ -470,16 +334,16 @@ class RulesReader {
       } else if (key == "condition") {
         has_condition = ReadCondition(v, f, rule.condition);
       } else if (key == "for") {
-        DurationField(v, f, Duration(0), rule.for_duration);
+        BoundedDuration(v, f, Duration(0), rule.for_duration);
       } else if (key == "keep_firing_for") {
-        DurationField(v, f, Duration(0), rule.keep_firing_for);
+        BoundedDuration(v, f, Duration(0), rule.keep_firing_for);
       } else if (key == "severity") {
-        Choice(v, f, kSeverities, rule.severity);
+        EnumChoice(v, f, kSeverities, rule.severity);
       } else if (key == "labels") {
-        StringMap(v, f, /*reserve=*/true, rule.labels);
+        LabelMap(v, f, /*reserve=*/true, rule.labels);
       } else if (key == "annotations") {
         annotations_node = v;
-        StringMap(v, f, /*reserve=*/false, rule.annotations);
+        LabelMap(v, f, /*reserve=*/false, rule.annotations);
       } else if (key == "action") {
         action_node = v;
         ReadAction(v, f, rule.action);
@@ -493,11 +357,11 @@ class RulesReader {
       if (!n["signal"].IsDefined() || n["signal"].IsNull()) {
         Error(n, prefix + ".signal",
               "is required: the signal the rule watches, one of " +
-                  Join(SignalNames([](const SignalInfo&) { return true; })));
+                  JoinNames(SignalNames([](const SignalInfo&) { return true; })));
       }
       if (!n["condition"].IsDefined() || n["condition"].IsNull()) {
         Error(n, prefix + ".condition",
-              "is required: one of " + Join(kConditionKinds, " or ") +
+              "is required: one of " + JoinNames(kConditionKinds, " or ") +
                   ", e.g. {threshold_above: 85}");
       }
     }
@@ -508,7 +372,7 @@ class RulesReader {
                       rule.action, signal);
       CheckTemplates(annotations_node, prefix + ".annotations", rule, signal);
     }
-    return errors_.size() == errors_before;
+    return errors().size() == errors_before;
   }
 
   bool ReadSignal(const YAML::Node& v, const std::string& field, std::string& out) {
@@ -521,7 +385,7 @@ class RulesReader {
       } else {
         msg += ".";
       }
-      msg += " Known signals: " + Join(all);
+      msg += " Known signals: " + JoinNames(all);
       Error(v, field, msg);
       return false;
     }
@@ -532,11 +396,11 @@ class RulesReader {
   bool ReadCondition(const YAML::Node& v, const std::string& field, Condition& c) {
     if (!v.IsMap()) {
       Error(v, field,
-            "must be a map naming one test (" + Join(kConditionKinds, " or ") +
+            "must be a map naming one test (" + JoinNames(kConditionKinds, " or ") +
                 "), e.g. {threshold_above: 85}, got " + KindName(v));
       return false;
     }
-    const size_t errors_before = errors_.size();
+    const size_t errors_before = errors().size();
     std::vector<std::string> kinds;
     std::optional<Duration> window;
     std::optional<int> min_points;
@@ -555,7 +419,7 @@ class RulesReader {
             break;
           }
           case ConditionKind::kAbsentFor:
-            DurationField(x, f, std::chrono::seconds(1), c.absent_for);
+            BoundedDuration(x, f, std::chrono::seconds(1), c.absent_for);
             break;
           case ConditionKind::kZscoreAbove:
             if (Number(x, f, c.threshold) && c.threshold <= 0) {
@@ -573,10 +437,10 @@ class RulesReader {
         }
       } else if (key == "window") {
         Duration d{0};
-        if (DurationField(x, f, std::chrono::seconds(1), d)) window = d;
+        if (BoundedDuration(x, f, std::chrono::seconds(1), d)) window = d;
       } else if (key == "min_points") {
         int n = 0;
-        if (Int(x, f, 2, 1000000, n)) min_points = n;
+        if (WholeNumber(x, f, 2, 1000000, n)) min_points = n;
       } else if (key == "min_stddev") {
         double d = 0;
         if (Number(x, f, d)) {
@@ -589,9 +453,9 @@ class RulesReader {
       }
     });
     if (kinds.empty()) {
-      if (errors_.size() > errors_before) return false;  // e.g. a misspelt test, reported
+      if (errors().size() > errors_before) return false;  // e.g. a misspelt test, reported
       Error(v, field,
-            "names no test; give one of " + Join(kConditionKinds, " or ") +
+            "names no test; give one of " + JoinNames(kConditionKinds, " or ") +
                 ", e.g. {threshold_above: 85}");
       return false;
     }
@@ -630,7 +494,7 @@ class RulesReader {
       }
       c.min_stddev = *min_stddev;
     }
-    return errors_.size() == errors_before;
+    return errors().size() == errors_before;
   }
 
   void CheckConditionFits(const YAML::Node& at, const std::string& field, const Condition& c,
@@ -644,7 +508,7 @@ class RulesReader {
     if (reads_counter && !signal.counter) {
       Error(at, field,
             kind + " needs a counter signal (" +
-                Join(SignalNames([](const SignalInfo& s) { return s.counter; })) + "); " +
+                JoinNames(SignalNames([](const SignalInfo& s) { return s.counter; })) + "); " +
                 std::string(signal.name) + " is not one: use threshold_above or zscore_above");
     }
     if (reads_raw && signal.counter) {
@@ -662,8 +526,9 @@ class RulesReader {
         !SignalNamesNode(signal)) {
       Error(at, field,
             kind + " needs a signal whose series name a node (" +
-                Join(SignalNames([](const SignalInfo& s) { return SignalNamesNode(s); })) + "); " +
-                std::string(signal.name) + " is job-wide: use notify or " + "request_checkpoint");
+                JoinNames(SignalNames([](const SignalInfo& s) { return SignalNamesNode(s); })) +
+                "); " + std::string(signal.name) + " is job-wide: use notify or " +
+                "request_checkpoint");
     }
     if (action == ActionKind::kRequestCheckpoint && signal.scope != SignalScope::kJob) {
       Error(at, field,
@@ -699,7 +564,7 @@ class RulesReader {
         } else {
           msg += ".";
         }
-        msg += " Placeholders available: " + Join(names);
+        msg += " Placeholders available: " + JoinNames(names);
         Error(node, f, msg);
       }
     }
@@ -707,17 +572,17 @@ class RulesReader {
 
   void ReadAction(const YAML::Node& v, const std::string& field, ActionKind& out) {
     if (v.IsScalar()) {
-      Choice(v, field, kActionKinds, out);
+      EnumChoice(v, field, kActionKinds, out);
       return;
     }
     if (!v.IsMap()) {
       Error(v, field,
             "must be a map such as {kind: cordon_node}, got " + KindName(v) + "; kinds are " +
-                Join(kActionKinds));
+                JoinNames(kActionKinds));
       return;
     }
     ForEachField(v, field, kActionFields, [&](const std::string& key, const YAML::Node& x) {
-      if (key == "kind") Choice(x, Path(field, key), kActionKinds, out);
+      if (key == "kind") EnumChoice(x, Path(field, key), kActionKinds, out);
     });
   }
 
@@ -745,7 +610,7 @@ class RulesReader {
         } else {
           msg += "; limits apply to ";
         }
-        msg += Join(kLimitedActions);
+        msg += JoinNames(kLimitedActions);
         Error(kv.first, f, msg);
         continue;
       }
@@ -754,30 +619,23 @@ class RulesReader {
         continue;
       }
       if (kv.second.IsNull()) continue;
-      if (!kv.second.IsMap()) {
-        Error(kv.second, f,
-              "must be a map with fields " + Join(kLimitFields) + ", got " + KindName(kv.second));
-        continue;
-      }
+      if (!Map(kv.second, f, kLimitFields)) continue;
       LimitOverride& limit = out[*kind];
       ForEachField(kv.second, f, kLimitFields, [&](const std::string& key, const YAML::Node& x) {
         const std::string lf = Path(f, key);
         int n = 0;
         if (key == "max_per_hour") {
-          if (Int(x, lf, 0, kMaxPerHourCeiling, n)) limit.max_per_hour = n;
+          if (WholeNumber(x, lf, 0, kMaxPerHourCeiling, n)) limit.max_per_hour = n;
         } else if (key == "max_cordoned") {
           if (*kind != ActionKind::kCordonNode) {
             Error(x, lf, "applies to cordon_node only; remove it");
-          } else if (Int(x, lf, 0, kMaxPerHourCeiling, n)) {
+          } else if (WholeNumber(x, lf, 0, kMaxPerHourCeiling, n)) {
             limit.max_cordoned = n;
           }
         }
       });
     }
   }
-
-  std::string file_;
-  std::vector<Diagnostic> errors_;
 };
 
 std::string JoinDiagnostics(const std::vector<Diagnostic>& ds) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/names.h"
+#include "core/yaml_reader.h"
 #include "core/yaml_text.h"
 
 namespace trainyard::sim {
@@ -57,41 +58,14 @@ const std::vector<std::string_view> kTopologies = {"none", "same-node", "same-nv
 constexpr int64_t kMaxNodesPerGroup = 10'000;
 constexpr size_t kMaxScenarioBytes = 4 << 20;
 
-std::string Join(const std::vector<std::string_view>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::string(v[i]);
-  return out;
-}
-
-std::string KindName(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return QuoteForMessage(n.Scalar());
-    default:
-      return "an undefined value";
-  }
-}
-
-int LineOfNode(const YAML::Node& n) {
-  if (!n.IsDefined()) return 0;
-  const YAML::Mark m = n.Mark();
-  return m.is_null() ? 0 : m.line + 1;
-}
-
 std::string Indexed(const std::string& list, size_t i) {
   return list + "[" + std::to_string(i) + "]";
 }
 
 // Reads one scenario document, collecting every problem it meets.
-class ScenarioReader {
+class ScenarioReader : public YamlFieldReader {
  public:
-  explicit ScenarioReader(std::string_view file) : file_(file) {}
+  explicit ScenarioReader(std::string_view file) : YamlFieldReader(file) {}
 
   // A cluster document: only the cluster sections; scenario-only keys get a hint.
   void ReadCluster(const YAML::Node& root, ClusterSpec& c) {
@@ -110,7 +84,7 @@ class ScenarioReader {
           kScenarioOnlyFields.end()) {
         Error(kv.first, key,
               "belongs in a scenario file, not a cluster file; a cluster file holds " +
-                  Join(kClusterFields) + " (jobs come from the trace)");
+                  JoinNames(kClusterFields) + " (jobs come from the trace)");
       }
     }
     std::optional<YAML::Node> nodes, queues, classes;
@@ -189,65 +163,7 @@ class ScenarioReader {
     if (classes) ReadClasses(*classes, out_classes);
   }
 
-  void ErrorAtLine(int line, std::string field, std::string message) {
-    errors_.push_back(Diagnostic{file_, line, std::move(field), std::move(message)});
-  }
-  std::vector<Diagnostic>& errors() { return errors_; }
-
  private:
-  void Error(const YAML::Node& at, std::string field, std::string message) {
-    ErrorAtLine(LineOfNode(at), std::move(field), std::move(message));
-  }
-
-  // Calls `fn(key, value)` for every known key of map `n`; unknown or repeated keys
-  // are errors, and `key: ` with no value counts as not given. Keys in `ignored` are
-  // skipped without a word (the caller reports them).
-  void ForEachField(const YAML::Node& n, const std::string& prefix,
-                    const std::vector<std::string_view>& known,
-                    const std::function<void(const std::string&, const YAML::Node&)>& fn,
-                    const std::vector<std::string_view>& ignored = {}) {
-    std::set<std::string> seen;
-    for (const auto& kv : n) {
-      const YAML::Node& k = kv.first;
-      if (!k.IsScalar()) {
-        Error(k, prefix, "field names must be plain words, got " + KindName(k));
-        continue;
-      }
-      const std::string& key = k.Scalar();
-      if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
-      const std::string path = prefix.empty() ? key : prefix + "." + key;
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        std::string msg = "unknown field";
-        if (std::string hint = ClosestMatch(key, known); !hint.empty()) {
-          msg += "; did you mean " + hint + "?";
-        } else {
-          msg += "; valid fields" + std::string(prefix.empty() ? "" : " of " + prefix) + " are " +
-                 Join(known);
-        }
-        Error(k, path, msg);
-        continue;
-      }
-      if (!seen.insert(key).second) {
-        Error(k, path, "appears more than once; give each field once");
-        continue;
-      }
-      if (kv.second.IsNull()) continue;
-      fn(key, kv.second);
-    }
-  }
-
-  bool Scalar(const YAML::Node& v, const std::string& field, std::string_view expected) {
-    if (v.IsScalar()) return true;
-    Error(v, field, "must be " + std::string(expected) + ", got " + KindName(v));
-    return false;
-  }
-
-  bool String(const YAML::Node& v, const std::string& field, std::string& out) {
-    if (!Scalar(v, field, "a string")) return false;
-    out = v.Scalar();
-    return true;
-  }
-
   bool Name(const YAML::Node& v, const std::string& field, std::string& out) {
     if (!String(v, field, out)) return false;
     if (Status s = ValidateName(field, out); !s.ok()) {
@@ -255,134 +171,6 @@ class ScenarioReader {
       return false;
     }
     return true;
-  }
-
-  bool Int(const YAML::Node& v, const std::string& field, int64_t lo, int64_t hi, int64_t& out) {
-    if (!Scalar(v, field, "an integer")) return false;
-    const std::string& s = v.Scalar();
-    int64_t n = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    if (ec == std::errc::result_out_of_range) {
-      Error(v, field,
-            "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                QuoteForMessage(s));
-      return false;
-    }
-    if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
-      Error(v, field, "must be an integer, got " + QuoteForMessage(s));
-      return false;
-    }
-    if (n < lo) {
-      Error(v, field, "must be >= " + std::to_string(lo) + ", got " + s);
-      return false;
-    }
-    if (n > hi) {
-      Error(v, field, "must be <= " + std::to_string(hi) + ", got " + s);
-      return false;
-    }
-    out = n;
-    return true;
-  }
-
-  template <typename T>
-  bool IntAs(const YAML::Node& v, const std::string& field, int64_t lo, int64_t hi, T& out) {
-    int64_t n = 0;
-    if (!Int(v, field, lo, hi, n)) return false;
-    out = static_cast<T>(n);
-    return true;
-  }
-
-  bool Bool(const YAML::Node& v, const std::string& field, bool& out) {
-    if (!Scalar(v, field, "true or false")) return false;
-    const std::string& s = v.Scalar();
-    if (s == "true" || s == "True" || s == "yes") {
-      out = true;
-    } else if (s == "false" || s == "False" || s == "no") {
-      out = false;
-    } else {
-      Error(v, field, "must be true or false, got " + QuoteForMessage(s));
-      return false;
-    }
-    return true;
-  }
-
-  bool DurationField(const YAML::Node& v, const std::string& field, Duration& out) {
-    if (!Scalar(v, field, "a duration such as \"30m\"")) return false;
-    auto d = ParseDuration(v.Scalar());
-    if (!d.ok()) {
-      Error(v, field, d.status().message());
-      return false;
-    }
-    out = *d;
-    return true;
-  }
-
-  bool MemoryField(const YAML::Node& v, const std::string& field, int64_t& out) {
-    if (!Scalar(v, field, "a memory size such as \"256Gi\"")) return false;
-    auto m = ParseMemory(v.Scalar());
-    if (!m.ok()) {
-      Error(v, field, m.status().message());
-      return false;
-    }
-    out = *m;
-    return true;
-  }
-
-  // CPUs: cores ("96", "0.5") or millicores ("500m").
-  bool CpusField(const YAML::Node& v, const std::string& field, int64_t& out) {
-    if (!Scalar(v, field, "a number of CPUs such as 8, 0.5 or \"500m\"")) return false;
-    const std::string& s = v.Scalar();
-    const std::string hint =
-        "must be a number of CPUs such as 8, 0.5 or \"500m\", got " + QuoteForMessage(s);
-    if (!s.empty() && s.back() == 'm') {
-      int64_t milli = 0;
-      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size() - 1, milli);
-      if (ec != std::errc() || ptr != s.data() + s.size() - 1 || milli < 0 ||
-          milli > SpecLimits::kMaxMilliCpusPerReplica) {
-        Error(v, field, hint);
-        return false;
-      }
-      out = milli;
-      return true;
-    }
-    double cores = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), cores);
-    if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(cores) || cores < 0 ||
-        cores * 1000 > static_cast<double>(SpecLimits::kMaxMilliCpusPerReplica)) {
-      Error(v, field, hint);
-      return false;
-    }
-    out = std::llround(cores * 1000);
-    return true;
-  }
-
-  // A choice among `valid`, with a hint when close to one.
-  bool Choice(const YAML::Node& v, const std::string& field,
-              const std::vector<std::string_view>& valid, std::string& out) {
-    if (!Scalar(v, field, "one of " + Join(valid))) return false;
-    const std::string& s = v.Scalar();
-    if (std::find(valid.begin(), valid.end(), s) != valid.end()) {
-      out = s;
-      return true;
-    }
-    std::string msg = "must be one of " + Join(valid) + ", got " + QuoteForMessage(s);
-    if (std::string hint = ClosestMatch(s, valid); !hint.empty())
-      msg += "; did you mean " + hint + "?";
-    Error(v, field, msg);
-    return false;
-  }
-
-  bool List(const YAML::Node& v, const std::string& field) {
-    if (v.IsSequence()) return true;
-    Error(v, field, "must be a list, got " + KindName(v));
-    return false;
-  }
-
-  bool Map(const YAML::Node& v, const std::string& field,
-           const std::vector<std::string_view>& known) {
-    if (v.IsMap()) return true;
-    Error(v, field, "must be a map with fields " + Join(known) + ", got " + KindName(v));
-    return false;
   }
 
   // Messages from core validators start with "FIELD: "; the diagnostic names the field.
@@ -451,7 +239,7 @@ class ScenarioReader {
         } else if (key == "gpu_memory") {
           r = MemoryField(x, f, gpu_memory);
         } else if (key == "cpus") {
-          r = CpusField(x, f, cpus);
+          r = CpusField(x, f, cpus, SpecLimits::kMaxMilliCpusPerReplica);
         } else if (key == "memory") {
           r = MemoryField(x, f, memory);
         } else if (key == "spine") {
@@ -677,7 +465,7 @@ class ScenarioReader {
         } else if (key == "gpu_memory") {
           r = MemoryField(x, f, j.per_replica.gpu_memory_bytes);
         } else if (key == "cpus") {
-          r = CpusField(x, f, j.per_replica.milli_cpus);
+          r = CpusField(x, f, j.per_replica.milli_cpus, SpecLimits::kMaxMilliCpusPerReplica);
         } else if (key == "memory") {
           r = MemoryField(x, f, j.per_replica.memory_bytes);
         } else if (key == "topology") {
@@ -768,7 +556,7 @@ class ScenarioReader {
       msg += "; did you mean " + hint + "?";
     } else if (!names.empty()) {
       msg += "; nodes are " +
-             Join(std::vector<std::string_view>(
+             JoinNames(std::vector<std::string_view>(
                  names.begin(), names.begin() + std::min<size_t>(names.size(), 8))) +
              (names.size() > 8 ? ", ..." : "");
     }
@@ -868,7 +656,8 @@ class ScenarioReader {
   void ReadNodeStates(const YAML::Node& x, const std::string& f, ScenarioStep& s) {
     if (!x.IsMap()) {
       Error(x, f,
-            "must be a map of node name to state (" + Join(kNodeStates) + "), got " + KindName(x));
+            "must be a map of node name to state (" + JoinNames(kNodeStates) + "), got " +
+                KindName(x));
       return;
     }
     for (const auto& kv : x) {
@@ -885,8 +674,6 @@ class ScenarioReader {
     }
   }
 
-  std::string file_;
-  std::vector<Diagnostic> errors_;
   std::vector<std::string> node_names_;
   std::set<JobId> bad_jobs_;        // defined with errors
   std::map<JobId, int> job_lines_;  // every job id defined, and where
