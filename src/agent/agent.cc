@@ -9,7 +9,9 @@
 #include <fstream>
 #include <set>
 
+#include "agent/profile.h"
 #include "agent/tail.h"
+#include "core/names.h"
 #include "http/tls.h"
 
 namespace trainyard::agent {
@@ -20,6 +22,9 @@ using std::chrono::milliseconds;
 
 constexpr Duration kLoopTick = milliseconds(25);
 constexpr Duration kFirstBackoff = milliseconds(100);
+// Chunks (1 MiB each) of a task's profile traces sent per shipping round: a 64 MiB
+// trace takes a few seconds, and logs and heartbeats are not held up behind it.
+constexpr int kProfileChunksPerShip = 4;
 
 // Variables a task inherits from the agent (then the task's own env overrides them):
 // enough for a program to find its interpreter and libraries, nothing node-specific.
@@ -344,7 +349,19 @@ void Agent::ApplyCommands() {
     auto it = tasks_.find(c.task_id);
     if (it == tasks_.end() || !it->second.process) continue;  // unknown: ignored
     Task& t = it->second;
-    if (c.kind == Command::Kind::kStop) {
+    if (c.kind == Command::Kind::kProfile) {
+      if (t.process->exited() || t.process->stopping()) continue;  // it can no longer answer
+      t.profile_ids.insert(c.profile_id);
+      if (Status s = WriteProfileRequest(t.profile_file, c.profile_id, c.steps, t.profile_dir);
+          !s.ok()) {
+        Log("task " + t.status.task_id + ": profile " + c.profile_id + ": " + s.message());
+        t.profile_uploads.push_back(
+            {c.profile_id, "failed", "", "the agent could not write the request: " + s.message()});
+      } else {
+        Log("task " + t.status.task_id + ": profile " + c.profile_id + " of " +
+            std::to_string(c.steps) + " steps requested");
+      }
+    } else if (c.kind == Command::Kind::kStop) {
       t.process->Stop(c.grace, now);
     } else if (Status s = t.process->Preempt(c.signal, c.grace, now, t.preempt_path); !s.ok()) {
       Log("task " + t.status.task_id + ": " + s.message());
@@ -378,6 +395,16 @@ void Agent::StartTask(const agent::StartTask& spec) {
     launch.env["TRAINYARD_PREEMPT_FILE"] = RankPath(options_.data_dir, "preempt", spec, ".json");
   }
   t.preempt_path = launch.env["TRAINYARD_PREEMPT_FILE"];
+  // Ours, like the metrics file: the agent writes the one and uploads from the other.
+  // Absolute, since the task runs in its own working directory.
+  std::error_code abs_ec;
+  t.profile_file = std::filesystem::absolute(
+                       RankPath(options_.data_dir, "profile-requests", spec, ".json"), abs_ec)
+                       .string();
+  t.profile_dir =
+      std::filesystem::absolute(RankPath(options_.data_dir, "profiles", spec, ""), abs_ec).string();
+  launch.env["TRAINYARD_PROFILE_FILE"] = t.profile_file;
+  launch.env["TRAINYARD_PROFILE_DIR"] = t.profile_dir;
   launch.env["TRAINYARD_TASK_ID"] = spec.task_id;
   if (launch.env.count("CUDA_VISIBLE_DEVICES") == 0 && !spec.gpus.empty()) {
     std::string list;
@@ -548,13 +575,130 @@ void Agent::Ship(bool force) {
       if (auto t = tasks_.find(w.id); t != tasks_.end()) {
         t->second.metrics_offset = next;
         invalid_metrics_ += batch->invalid;
+        TakeProfileRecordsLocked(t->second, batch->lines);
       }
+    }
+    if (auto stopped = ShipProfiles(w.id, kProfileChunksPerShip)) {
+      fail(*stopped, "profile");
+      return;
     }
     if (w.exited && nothing_new) {
       std::lock_guard lock(mu_);
-      if (auto t = tasks_.find(w.id); t != tasks_.end()) t->second.drained = true;
+      if (auto t = tasks_.find(w.id); t != tasks_.end() && t->second.profile_uploads.empty()) {
+        t->second.drained = true;
+      }
     }
   }
+}
+
+void Agent::TakeProfileRecordsLocked(Task& t, const std::vector<json>& lines) {
+  for (const json& line : lines) {
+    std::optional<ProfileRecord> r = ParseProfileRecord(line);
+    if (!r) continue;
+    if (!t.profile_ids.contains(r->id)) {
+      Log("task " + t.status.task_id + ": ignoring a record of profile " + QuoteForMessage(r->id) +
+          ", which was not asked of it");
+      continue;
+    }
+    // A batch the server asked for again holds records already taken.
+    if (!t.profile_records.insert(r->id + " " + r->status).second) continue;
+    ProfileUpload u{r->id, r->status, "", r->message, 0};
+    if (r->status == "stored") {
+      if (auto path = ProfileTracePath(r->path, t.profile_dir); path.ok()) {
+        u.path = *path;
+      } else {
+        u.status = "failed";
+        u.message = path.status().message();
+      }
+    }
+    t.profile_uploads.push_back(std::move(u));
+  }
+}
+
+std::optional<Agent::HttpReply> Agent::ShipProfiles(const std::string& task_id, int max_chunks) {
+  int chunks = 0;
+  while (chunks < max_chunks) {
+    ProfileUpload u;
+    {
+      std::lock_guard lock(mu_);
+      auto t = tasks_.find(task_id);
+      if (t == tasks_.end() || t->second.profile_uploads.empty()) return std::nullopt;
+      u = t->second.profile_uploads.front();
+    }
+    json body = {
+        {"node", options_.node_name}, {"task_id", task_id}, {"id", u.id}, {"offset", u.offset}};
+    int64_t size = 0;
+    if (u.status == "stored") {
+      std::error_code ec;
+      const auto bytes = std::filesystem::file_size(u.path, ec);
+      size = ec ? 0 : static_cast<int64_t>(bytes);
+      std::string unreadable;
+      Result<std::string> chunk = std::string();
+      if (ec) {
+        unreadable = ec.message();
+      } else if (size == 0) {
+        unreadable = "it is empty";
+      } else if (chunk = ReadLogChunk(u.path, u.offset); !chunk.ok()) {
+        unreadable = chunk.status().message();
+      } else if (chunk->empty() && u.offset < size) {
+        unreadable = "it shrank while being uploaded";
+      }
+      if (!unreadable.empty()) {
+        // Reported as the rank's failure (and not retried: the file will not mend).
+        body["status"] = "failed";
+        body["message"] = "the agent cannot read the trace " + u.path + ": " + unreadable;
+      } else {
+        body["total_bytes"] = size;
+        body["data_b64"] = Base64Encode(*chunk);
+        ++chunks;
+      }
+    } else {
+      body["status"] = u.status;
+      if (u.status == "failed") body["message"] = u.message;
+      ++chunks;  // a status is small, but it counts: the loop always ends
+    }
+    HttpReply reply = Post(*client_, "/api/v1/agent/profile", body);
+    if (reply.status == 0 || reply.status >= 500) return reply;
+    bool done = true;
+    if (reply.status == 200 && body.contains("data_b64")) {
+      // A reply of the wrong shape reads as "resend from where we were", never a throw.
+      auto text = [&](const char* key) {
+        auto it = reply.body.find(key);
+        return it != reply.body.end() && it->is_string() ? it->get<std::string>() : "";
+      };
+      const std::string state = text("state");
+      if (state == "stored") {
+        Log("task " + task_id + ": profile " + u.id + " uploaded (" + std::to_string(size) +
+            " bytes)");
+        std::error_code ec;
+        std::filesystem::remove(u.path, ec);  // the server has it; traces are large
+      } else if (state == "failed") {
+        Log("task " + task_id + ": profile " + u.id +
+            ": the server refused the trace: " + text("message"));
+      } else {
+        done = false;
+        if (auto next = reply.body.find("next_offset");
+            next != reply.body.end() && next->is_number_integer()) {
+          u.offset = std::clamp<int64_t>(next->get<int64_t>(), 0, size);
+        }
+      }
+    } else if (reply.status != 200) {
+      // 4xx: resending would be refused the same way (the request is unknown, the
+      // trace too big, ...).
+      Log("task " + task_id + ": profile " + u.id + ": " + reply.error + "; not sent");
+    }
+    std::lock_guard lock(mu_);
+    auto t = tasks_.find(task_id);
+    if (t == tasks_.end() || t->second.profile_uploads.empty()) return std::nullopt;
+    ProfileUpload& front = t->second.profile_uploads.front();
+    if (front.id != u.id || front.status != u.status) continue;
+    if (done) {
+      t->second.profile_uploads.pop_front();
+    } else {
+      front.offset = u.offset;
+    }
+  }
+  return std::nullopt;
 }
 
 void Agent::ForgetFinished() {

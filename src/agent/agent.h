@@ -5,11 +5,12 @@
 // keeps a long poll for commands outstanding. The main loop registers, applies
 // commands, reaps and escalates task processes, heartbeats every interval and at once
 // when a task starts or exits, and ships new log bytes and metrics lines at most every
-// ship_interval. A server that cannot be reached is retried with exponential backoff
-// capped at max_backoff while the tasks keep running; what happened meanwhile is
-// reported when it answers again. A 404 from the server means it lost this node: the
-// agent registers again with every task it still knows, then kills those the server
-// lists in `stop`.
+// ship_interval, with the profiles its tasks' SDKs record (a few 1 MiB chunks of a
+// trace per task each time). A server that cannot be reached is retried with
+// exponential backoff capped at max_backoff while the tasks keep running; what happened
+// meanwhile is reported when it answers again. A 404 from the server means it lost this
+// node: the agent registers again with every task it still knows, then kills those the
+// server lists in `stop`.
 //
 // Shutdown() (from any thread) ends Run(): running tasks get SIGTERM and, after
 // stop_grace, SIGKILL (as a node drain would), a last heartbeat reports their exits,
@@ -26,6 +27,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,7 +52,7 @@ struct AgentOptions {
   std::string ca_cert;
   std::string join_token;
   std::string node_name;
-  std::string data_dir;  // logs/, metrics/, preempt/ live here
+  std::string data_dir;  // logs/, metrics/, preempt/, profile-requests/, profiles/ live here
   // Directories (absolute) a task's working_dir, TRAINYARD_CHECKPOINT_DIR and
   // TRAINYARD_RESUME_FROM must lie in once symlinks are resolved (--allowed-dirs);
   // empty: anywhere. A task outside
@@ -94,6 +97,14 @@ class Agent {
   int64_t invalid_metrics_lines() const;
 
  private:
+  // A profile report on its way to the server: a status, or a stored trace in chunks.
+  struct ProfileUpload {
+    std::string id;
+    std::string status;   // "recording" | "stored" | "failed"
+    std::string path;     // stored: the trace, checked to lie in the task's profile dir
+    std::string message;  // failed
+    int64_t offset = 0;   // stored: where the next chunk starts
+  };
   struct Task {
     TaskStatus status;
     StartTask spec;
@@ -101,11 +112,16 @@ class Agent {
     std::string log_path;
     std::string metrics_path;
     std::string preempt_path;
+    std::string profile_file;  // TRAINYARD_PROFILE_FILE: the request the SDK watches
+    std::string profile_dir;   // TRAINYARD_PROFILE_DIR: where it writes traces
     int64_t log_offset = 0;
     int64_t metrics_offset = 0;
+    std::set<std::string> profile_ids;          // profiles asked of this task
+    std::set<std::string> profile_records;      // "<id> <status>" records already taken
+    std::deque<ProfileUpload> profile_uploads;  // what is still to tell the server, in order
     bool acked = false;    // the server recorded its exit: ship what is left, then forget
     bool orphan = false;   // the server does not know it: kill it, report nothing
-    bool drained = false;  // exited and every byte of its log and metrics shipped
+    bool drained = false;  // exited, every byte of its log and metrics and its profiles shipped
   };
   struct HttpReply {
     int status = 0;  // 0: no answer (connection failed, timed out)
@@ -125,6 +141,11 @@ class Agent {
   void StartTask(const StartTask& spec);
   bool TickTasks();  // returns true when a task changed state
   void Ship(bool force);
+  // Takes the profile records among `lines` of the task's metrics file. REQUIRES: mu_ held.
+  void TakeProfileRecordsLocked(Task& t, const std::vector<nlohmann::json>& lines);
+  // Sends the task's profile reports, at most `max_chunks` chunks of traces; returns the
+  // reply that stopped it when the server could not be reached (no answer, or 5xx).
+  std::optional<HttpReply> ShipProfiles(const std::string& task_id, int max_chunks);
   void PollLoop();
   void ForgetFinished();
   nlohmann::json TaskList(bool include_unacked_only) const;  // REQUIRES: mu_ held

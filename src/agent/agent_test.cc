@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -100,6 +101,20 @@ class FakeServer {
     std::lock_guard lock(mu_);
     return metrics_[id];
   }
+  // What the agent reported of profile `id` of task `task`.
+  struct Profile {
+    std::vector<std::string> statuses;  // "recording", "failed", "stored" (last chunk)
+    std::string message;
+    std::string data;
+  };
+  Profile profile(const std::string& task, const std::string& id) {
+    std::lock_guard lock(mu_);
+    return profiles_[task + " " + id];
+  }
+  size_t profiles() {
+    std::lock_guard lock(mu_);
+    return profiles_.size();
+  }
 
  private:
   void Reply(httplib::Response& res, int status, const json& body) {
@@ -180,6 +195,24 @@ class FakeServer {
       for (const auto& l : body["lines"]) metrics_[body["task_id"]].push_back(l);
       Reply(res, 200, {{"next_offset", body["end_offset"]}});
     });
+    s.Post("/api/v1/agent/profile", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorised(req, res)) return;
+      json body = json::parse(req.body);
+      std::lock_guard lock(mu_);
+      Profile& p =
+          profiles_[body["task_id"].get<std::string>() + " " + body["id"].get<std::string>()];
+      if (body.contains("status")) {
+        p.statuses.push_back(body["status"]);
+        p.message = body.value("message", "");
+        Reply(res, 200, {{"next_offset", 0}, {"state", body["status"]}});
+        return;
+      }
+      const size_t total = body["total_bytes"];
+      if (body["offset"].get<size_t>() == p.data.size()) p.data += Base64Decode(body["data_b64"]);
+      const bool stored = p.data.size() == total;
+      if (stored) p.statuses.push_back("stored");
+      Reply(res, 200, {{"next_offset", p.data.size()}, {"state", stored ? "stored" : "recording"}});
+    });
   }
 
   int port_ = 0;
@@ -196,6 +229,7 @@ class FakeServer {
   std::map<std::string, std::vector<std::string>> states_;
   std::map<std::string, std::string> logs_;
   std::map<std::string, std::vector<json>> metrics_;
+  std::map<std::string, Profile> profiles_;
 };
 
 template <typename Pred>
@@ -423,6 +457,62 @@ TEST_F(AgentTest, PreemptWritesTheNoticeAndSignalsTheTask) {
     return server_.log("5.1.0").find("\"deadline_ms\"") != std::string::npos;
   })) << server_.log("5.1.0");
   EXPECT_TRUE(fs::exists(dir_ / "data" / "preempt" / "5" / "1" / "rank-0.json"));
+}
+
+TEST_F(AgentTest, ProfileCommandsReachTheTaskAndItsTracesTheServer) {
+  StartAgent(Options());
+  json start = StartCommand("5.1.0");
+  // Stands in for the SDK: answers each request it finds in TRAINYARD_PROFILE_FILE with
+  // "profile" records in its metrics file; p-5-1 with a trace in its profile dir, the
+  // next one with a file elsewhere, which the agent must not upload.
+  start["task"]["argv"] = {"/bin/sh", "-c",
+                           R"sh(F=$TRAINYARD_PROFILE_FILE; M=$TRAINYARD_METRICS_FILE; done=""
+echo "dir=$TRAINYARD_PROFILE_DIR"
+while [ ! -e go ]; do
+  if [ -s "$F" ]; then
+    id=$(sed 's/.*"id":"\([^"]*\)".*/\1/' "$F"); dir=$(sed 's/.*"dir":"\([^"]*\)".*/\1/' "$F")
+    if [ "$id" != "$done" ]; then
+      done=$id
+      printf '{"kind":"profile","id":"%s","status":"recording"}\n' "$id" >> "$M"
+      if [ "$id" = p-5-1 ]; then
+        printf '{"traceEvents":[{"name":"step 1","ph":"X","ts":1,"dur":1}]}' > "$dir/$id.json"
+        printf '{"kind":"profile","id":"%s","status":"stored","path":"%s/%s.json"}\n' \
+          "$id" "$dir" "$id" >> "$M"
+        printf '{"kind":"profile","id":"p-9-9","status":"failed","message":"not asked"}\n' >> "$M"
+      else
+        printf '{"kind":"profile","id":"%s","status":"stored","path":"/etc/hostname"}\n' \
+          "$id" >> "$M"
+      fi
+    fi
+  fi
+  sleep 0.01
+done)sh"};
+  server_.Push(start);
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  server_.Push({{"kind", "profile"}, {"task_id", "5.1.0"}, {"id", "p-5-1"}, {"steps", 3}});
+  server_.Push({{"kind", "profile"}, {"task_id", "no-such-task"}, {"id", "p-5-1"}, {"steps", 3}});
+  ASSERT_TRUE(WaitUntil([&] { return !server_.profile("5.1.0", "p-5-1").data.empty(); }));
+  auto p1 = server_.profile("5.1.0", "p-5-1");
+  EXPECT_EQ(p1.data, R"({"traceEvents":[{"name":"step 1","ph":"X","ts":1,"dur":1}]})");
+  EXPECT_EQ(p1.statuses, (std::vector<std::string>{"recording", "stored"}));
+  const fs::path dir = dir_ / "data" / "profiles" / "5" / "1" / "rank-0";
+  EXPECT_TRUE(WaitUntil([&] { return !fs::exists(dir / "p-5-1.json"); }))
+      << "an uploaded trace is deleted from the node";
+  std::ifstream request(dir_ / "data" / "profile-requests" / "5" / "1" / "rank-0.json");
+  EXPECT_EQ(json::parse(request), json({{"id", "p-5-1"}, {"steps", 3}, {"dir", dir.string()}}));
+
+  server_.Push({{"kind", "profile"}, {"task_id", "5.1.0"}, {"id", "p-5-2"}, {"steps", 3}});
+  ASSERT_TRUE(WaitUntil([&] { return server_.profile("5.1.0", "p-5-2").statuses.size() == 2; }));
+  auto p2 = server_.profile("5.1.0", "p-5-2");
+  EXPECT_EQ(p2.statuses, (std::vector<std::string>{"recording", "failed"}));
+  EXPECT_THAT(p2.message, ::testing::HasSubstr("not in the task's TRAINYARD_PROFILE_DIR"));
+  EXPECT_TRUE(p2.data.empty());
+  // A record of a profile that was not asked of the task goes nowhere.
+  EXPECT_EQ(server_.profiles(), 2u);
+  Go();
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  EXPECT_NE(server_.log("5.1.0").find("dir=" + dir.string()), std::string::npos)
+      << server_.log("5.1.0");
 }
 
 TEST_F(AgentTest, StopCommandEndsTheTask) {

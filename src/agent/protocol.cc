@@ -119,8 +119,25 @@ Result<Command> ParseCommand(const json& j) {
     c.task_id = c.start.task_id;
     return c;
   }
+  if (kind == "profile") {
+    c.kind = Command::Kind::kProfile;
+    TY_ASSIGN_OR_RETURN(c.task_id, Str(j, "task_id", true));
+    TY_ASSIGN_OR_RETURN(c.profile_id, Str(j, "id", true));
+    // It names files and travels back in uploads: nothing but a plain name.
+    const bool plain = !c.profile_id.empty() && c.profile_id.size() <= 64 &&
+                       c.profile_id.find_first_not_of(
+                           "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "abcdefghijklmnopqrstuvwxyz0123456789._-") == std::string::npos &&
+                       c.profile_id.front() != '.';
+    if (!plain) return FieldError("profile: id", j["id"], "1-64 of A-Z a-z 0-9 . _ -");
+    TY_ASSIGN_OR_RETURN(int64_t steps, Int(j, "steps", true));
+    if (steps < 1 || steps > 10'000) return FieldError("profile: steps", j["steps"], "1..10000");
+    c.steps = static_cast<int32_t>(steps);
+    return c;
+  }
   if (kind != "stop" && kind != "preempt") {
-    return InvalidArgument("kind: must be start, stop or preempt, got " + QuoteForMessage(kind));
+    return InvalidArgument("kind: must be start, stop, preempt or profile, got " +
+                           QuoteForMessage(kind));
   }
   c.kind = kind == "stop" ? Command::Kind::kStop : Command::Kind::kPreempt;
   TY_ASSIGN_OR_RETURN(c.task_id, Str(j, "task_id", true));

@@ -51,12 +51,14 @@ struct StartTask {
 };
 
 struct Command {
-  enum class Kind { kStart, kStop, kPreempt };
+  enum class Kind { kStart, kStop, kPreempt, kProfile };
   Kind kind = Kind::kStart;
-  StartTask start;      // kStart
-  std::string task_id;  // every kind
-  int signal = 0;       // kPreempt
-  Duration grace{};     // kStop, kPreempt
+  StartTask start;         // kStart
+  std::string task_id;     // every kind
+  int signal = 0;          // kPreempt
+  Duration grace{};        // kStop, kPreempt
+  std::string profile_id;  // kProfile: 1-64 of A-Z a-z 0-9 . _ -
+  int32_t steps = 0;       // kProfile: 1..10000
 };
 
 // Parses one command object; the error names the field and the value.

@@ -101,18 +101,22 @@ class Api {
       return Failure{"cannot reach the server at " + url_ + ": " +
                      http::DescribeError(res, *client_)};
     }
+    if (res->status / 100 != 2) return FailureOf(*res);
     json j = json::parse(res->body, nullptr, false);
-    if (res->status / 100 != 2) {
-      std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
-                            ? j["error"].get<std::string>()
-                            : "HTTP " + std::to_string(res->status);
-      if (res->status == 401) {
-        msg += token_.empty() ? " (no token found: set TRAINYARD_TOKEN or pass --token-file)" : "";
-      }
-      return Failure{msg, res->status == 400 || res->status == 413 ? kExitUsage : kExitFailure};
-    }
     if (j.is_discarded()) return Failure{"the server's answer is not JSON"};
     return j;
+  }
+
+  // The body of a 2xx answer to GET `path` as it came (a trace, a file), or a Failure
+  // as Call gives.
+  std::variant<std::string, Failure> Fetch(const std::string& path) {
+    httplib::Result res = client_->Get(path.c_str());
+    if (!res) {
+      return Failure{"cannot reach the server at " + url_ + ": " +
+                     http::DescribeError(res, *client_)};
+    }
+    if (res->status / 100 != 2) return FailureOf(*res);
+    return std::move(res->body);
   }
 
   httplib::Client& client() { return *client_; }
@@ -127,6 +131,17 @@ class Api {
     // server's delayed ACK (40 ms).
     client_->set_tcp_nodelay(true);
   }
+  Failure FailureOf(const httplib::Response& res) const {
+    json j = json::parse(res.body, nullptr, false);
+    std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
+                          ? j["error"].get<std::string>()
+                          : "HTTP " + std::to_string(res.status);
+    if (res.status == 401) {
+      msg += token_.empty() ? " (no token found: set TRAINYARD_TOKEN or pass --token-file)" : "";
+    }
+    return Failure{msg, res.status == 400 || res.status == 413 ? kExitUsage : kExitFailure};
+  }
+
   std::string url_;
   std::shared_ptr<httplib::Client> client_;
   std::string token_;

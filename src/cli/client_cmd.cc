@@ -365,6 +365,184 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
   }
+  // --- profile ---
+  {
+    struct F {
+      Common c;
+      std::string id;
+      int steps = 20;
+      int rank = -1;
+      bool wait = false;
+      bool list = false;
+      bool json = false;
+      std::string get;
+      std::string file;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* cmd = app.add_subcommand(
+        "profile",
+        "Record a profile of a running job's next steps (torch.profiler when the job uses "
+        "torch, else the SDK's step spans), kept with the run, for Perfetto [its submitter, "
+        "tenant-admin; --list and --get: any role of its tenant]");
+    AddCommon(cmd, f->c, false);
+    cmd->add_option("job", f->id, "Job id")->required();
+    auto* steps = cmd->add_option("--steps", f->steps, "Steps to record")
+                      ->check(CLI::Range(1, 10'000))
+                      ->capture_default_str();
+    cmd->add_option("--rank", f->rank,
+                    "Only this rank (default: every rank); with --get, only its trace, as "
+                    "recorded")
+        ->check(CLI::NonNegativeNumber);
+    auto* wait = cmd->add_flag(
+        "--wait", f->wait,
+        "Wait (at most 10 minutes) until every asked rank has stored its trace or failed");
+    cmd->add_option("-o,--output", f->file,
+                    "Write the trace, every stored rank merged (pid = rank), to this file; "
+                    "implies --wait");
+    auto* list =
+        cmd->add_flag("--list", f->list, "List the job's profiles with the state of each rank")
+            ->excludes(steps)
+            ->excludes(wait);
+    cmd->add_option("--get", f->get, "Fetch stored profile PID (to -o FILE, else to stdout)")
+        ->excludes(steps)
+        ->excludes(wait)
+        ->excludes(list);
+    cmd->add_flag("--json", f->json, "Print the request (or --list) as JSON");
+    cmd->callback([f, &exit_code, &out, &err] {
+      const std::string job = "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id);
+      auto size = [](const json& r) {
+        const int64_t b = r.value("bytes", int64_t{0});
+        char text[32];
+        if (b < 1024) {
+          std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(b));
+        } else if (b < 1024 * 1024) {
+          std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(b) / 1024);
+        } else {
+          std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(b) / (1024 * 1024));
+        }
+        return std::string(text);
+      };
+      // "-" for stdout; else the file, written whole or not at all.
+      auto save = [&](const std::string& text) -> std::optional<Failure> {
+        if (f->file.empty() || f->file == "-") {
+          out << text << std::flush;
+          return std::nullopt;
+        }
+        const std::string tmp = f->file + ".tmp";
+        {
+          std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+          file << text;
+          if (!file.flush()) return Failure{"-o " + f->file + ": cannot write " + tmp};
+        }
+        if (std::rename(tmp.c_str(), f->file.c_str()) != 0) {
+          return Failure{"-o " + f->file + ": cannot rename " + tmp + " to it"};
+        }
+        return std::nullopt;
+      };
+      exit_code = WithApi(f->c, err, "profile", [&](Api& api) -> std::optional<Failure> {
+        if (f->list) {
+          TY_CALL(res, api.Call("GET", job + "/profiles"));
+          if (f->json) {
+            out << res["profiles"].dump() << "\n";
+            return std::nullopt;
+          }
+          std::vector<std::vector<std::string>> rows = {
+              {"ID", "STEPS", "ATTEMPT", "AGE", "BY", "RANK", "STATE", "SIZE", "MESSAGE"}};
+          for (const auto& p : res["profiles"]) {
+            bool first = true;
+            for (const auto& r : p["ranks"]) {
+              rows.push_back({first ? Str(p, "id") : "", first ? Str(p, "steps") : "",
+                              first ? Str(p, "attempt") : "",
+                              first ? Age(p.value("created_ms", int64_t{0})) : "",
+                              first ? Str(p, "created_by") : "", Str(r, "rank"), Str(r, "state"),
+                              size(r), Str(r, "message")});
+              first = false;
+            }
+          }
+          Table(out, rows);
+          return std::nullopt;
+        }
+        if (!f->get.empty()) {
+          std::string path = job + "/profiles/" + httplib::detail::encode_query_param(f->get);
+          if (f->rank >= 0) path += "?rank=" + std::to_string(f->rank);
+          auto trace = api.Fetch(path);
+          if (auto* failure = std::get_if<Failure>(&trace)) return *failure;
+          if (auto failure = save(std::get<std::string>(trace))) return failure;
+          if (!f->file.empty() && f->file != "-") {
+            err << "wrote " << f->file << "; open it in https://ui.perfetto.dev\n";
+          }
+          return std::nullopt;
+        }
+        json body = {{"steps", f->steps}};
+        if (f->rank >= 0) body["rank"] = f->rank;
+        TY_CALL(request, api.Call("POST", job + "/profile", body.dump()));
+        const std::string pid = Str(request, "id");
+        std::string ranks;
+        for (const auto& r : request["ranks"]) ranks += (ranks.empty() ? "" : ",") + Str(r, "rank");
+        if (f->json) {
+          out << request.dump() << "\n";
+        } else {
+          err << "profile " << pid << ": " << f->steps << " steps of rank"
+              << (request["ranks"].size() == 1 ? " " : "s ") << ranks << " of job " << f->id
+              << " requested\n";
+        }
+        if (!f->wait && f->file.empty()) {
+          if (!f->json) {
+            out << pid << "\n";
+            err << "when it is stored: trainyard profile " << f->id << " --get " << pid
+                << " -o trace.json   (progress: trainyard profile " << f->id << " --list)\n";
+          }
+          return std::nullopt;
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+        json last;
+        while (true) {
+          TY_CALL(list, api.Call("GET", job + "/profiles"));
+          for (const auto& p : list["profiles"]) {
+            if (Str(p, "id") == pid) last = p;
+          }
+          if (last.is_null()) return Failure{"profile " + pid + " is not listed any more"};
+          if (last.value("done", false)) break;
+          if (std::chrono::steady_clock::now() > deadline) {
+            std::string states;
+            for (const auto& r : last["ranks"]) {
+              states += (states.empty() ? "" : ", ") + std::string("rank ") + Str(r, "rank") + " " +
+                        Str(r, "state");
+            }
+            return Failure{"gave up after 10m waiting for profile " + pid + " (" + states +
+                           "); a rank records only while the job calls trainyard.log(step=...) "
+                           "of the Trainyard Python SDK; see trainyard profile " +
+                           f->id + " --list"};
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        }
+        int stored = 0, failed = 0;
+        for (const auto& r : last["ranks"]) {
+          const bool ok = Str(r, "state") == "stored";
+          (ok ? stored : failed) += 1;
+          err << "rank " << Str(r, "rank") << ": " << Str(r, "state")
+              << (ok ? " (" + size(r) + ")" : ": " + Str(r, "message")) << "\n";
+        }
+        if (stored > 0 && !f->file.empty()) {
+          auto trace = api.Fetch(job + "/profiles/" + httplib::detail::encode_query_param(pid));
+          if (auto* failure = std::get_if<Failure>(&trace)) return *failure;
+          if (auto failure = save(std::get<std::string>(trace))) return failure;
+          if (f->file != "-") {
+            err << "wrote " << f->file << " (" << stored << " rank" << (stored == 1 ? "" : "s")
+                << "); open it in https://ui.perfetto.dev\n";
+          }
+        } else if (stored > 0 && !f->json) {
+          out << pid << "\n";
+          err << "fetch it: trainyard profile " << f->id << " --get " << pid << " -o trace.json\n";
+        }
+        if (failed > 0) {
+          return Failure{std::to_string(failed) + " of " + std::to_string(stored + failed) +
+                         " ranks of profile " + pid + " failed"};
+        }
+        return std::nullopt;
+      });
+    });
+  }
   // --- nodes ---
   {
     auto c = std::make_shared<Common>();

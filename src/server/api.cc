@@ -525,6 +525,17 @@ Result<TaskRef> ParseTaskRef(const json& j, std::string_view what) {
   return t;
 }
 
+// A profile request id of `job` in field `field`.
+Result<std::string> ProfileIdField(const json& j, const std::string& field, JobId job) {
+  auto id = j.find("id");
+  if (id == j.end() || !id->is_string() || !ProfileSeq(id->get<std::string>(), job)) {
+    return InvalidArgument(field + ": required, a profile id of job " + std::to_string(job) +
+                           " (p-" + std::to_string(job) + "-<n>), got " +
+                           (id == j.end() ? std::string("nothing") : QuoteForMessage(id->dump())));
+  }
+  return id->get<std::string>();
+}
+
 // The checkpoint a metrics line reports, if it is one ({"kind": "checkpoint", ...}).
 std::optional<CheckpointReport> CheckpointLine(const json& line) {
   auto kind = line.find("kind");
@@ -537,6 +548,95 @@ std::optional<CheckpointReport> CheckpointLine(const json& line) {
 }
 
 }  // namespace
+
+Result<ProfileParams> ParseProfileParams(std::string_view body) {
+  ProfileParams p;
+  const bool empty = body.find_first_not_of(" \t\r\n") == std::string_view::npos;
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(empty ? std::string_view("{}") : body, "profile"));
+  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "profile", {"steps", "rank"}));
+  if (auto steps = j.find("steps"); steps != j.end() && !steps->is_null()) {
+    if (!steps->is_number_integer() || steps->get<int64_t>() < 1 ||
+        steps->get<int64_t>() > kMaxProfileSteps) {
+      return InvalidArgument("profile.steps: expected an integer 1.." +
+                             std::to_string(kMaxProfileSteps) + ", got " +
+                             QuoteForMessage(steps->dump()));
+    }
+    p.steps = steps->get<int32_t>();
+  }
+  if (auto rank = j.find("rank"); rank != j.end() && !rank->is_null()) {
+    if (!rank->is_number_integer() || rank->get<int64_t>() < 0 ||
+        rank->get<int64_t>() > 100'000'000) {
+      return InvalidArgument("profile.rank: expected a rank (an integer >= 0), got " +
+                             QuoteForMessage(rank->dump()));
+    }
+    p.rank = rank->get<int32_t>();
+  }
+  return p;
+}
+
+Result<ProfileReport> ParseProfileReport(std::string_view body) {
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "profile"));
+  TY_ASSIGN_OR_RETURN(TaskRef t, ParseTaskRef(j, "profile"));
+  ProfileReport r;
+  r.node = t.node;
+  r.job = t.job;
+  r.attempt = t.attempt;
+  r.rank = t.rank;
+  r.offset = t.offset;
+  TY_ASSIGN_OR_RETURN(r.id, ProfileIdField(j, "profile.id", t.job));
+  auto status = j.find("status");
+  if (status != j.end() && !status->is_null()) {
+    if (*status == "recording") {
+      r.kind = ProfileReport::Kind::kRecording;
+    } else if (*status == "failed") {
+      r.kind = ProfileReport::Kind::kFailed;
+      auto message = j.find("message");
+      if (message != j.end() && message->is_string()) r.message = message->get<std::string>();
+    } else {
+      return InvalidArgument(
+          "profile.status: expected recording or failed (a trace is sent as "
+          "data_b64 chunks), got " +
+          QuoteForMessage(status->dump()));
+    }
+    return r;
+  }
+  r.kind = ProfileReport::Kind::kChunk;
+  auto total = j.find("total_bytes");
+  if (total == j.end() || !total->is_number_integer() || total->get<int64_t>() < 1) {
+    return InvalidArgument("profile.total_bytes: required with data_b64, the trace's size (>= 1)");
+  }
+  r.total_bytes = total->get<int64_t>();
+  auto b64 = j.find("data_b64");
+  if (b64 == j.end() || !b64->is_string()) {
+    return InvalidArgument("profile.data_b64: required, a base64 string (or a status)");
+  }
+  TY_ASSIGN_OR_RETURN(r.data, DecodeBase64(b64->get<std::string>()));
+  if (static_cast<int64_t>(r.data.size()) > kMaxLogChunkBytes) {
+    return ResourceExhausted("profile: at most 1 MiB of trace per request");
+  }
+  return r;
+}
+
+ordered_json RenderProfile(const ProfileRequest& r) {
+  ordered_json ranks = ordered_json::array();
+  for (const ProfileRank& k : r.ranks) {
+    ordered_json rank = {{"rank", k.rank},
+                         {"node", k.node},
+                         {"state", ProfileStateName(k.state)},
+                         {"bytes", k.bytes},
+                         {"updated_ms", k.updated.time_since_epoch().count()}};
+    if (!k.message.empty()) rank["message"] = k.message;
+    ranks.push_back(std::move(rank));
+  }
+  return {{"id", r.id},
+          {"job", r.job},
+          {"attempt", r.attempt},
+          {"steps", r.steps},
+          {"created_ms", r.created.time_since_epoch().count()},
+          {"created_by", r.created_by},
+          {"done", r.Done()},
+          {"ranks", std::move(ranks)}};
+}
 
 namespace {
 
@@ -971,6 +1071,106 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
          if (!now.ok()) return SendError(res, now.status());
          SendJson(res, 200, RenderJob(*now));
        });
+
+  // --- profiles: on-demand profiling of running jobs (docs/runs.md, Profiling) ---
+  ProfileStore* profiles = options.profiles;
+  auto no_profiles = [profiles](Response& res) {
+    if (profiles != nullptr) return false;
+    SendError(res, Unavailable("this server keeps no profiles"));
+    return true;
+  };
+  // The job's attempt that has not ended, if any: ranks of other attempts cannot answer.
+  auto open_attempt = [](const Job& job) -> std::optional<int32_t> {
+    if (job.attempts.empty() || job.attempts.back().end_time) return std::nullopt;
+    return job.attempts.back().index;
+  };
+  user(
+      "POST", R"(/jobs/([^/]+)/profile)", Action::kManageJob,
+      [&cluster, visible_job, no_profiles, profiles](const Request& req, Response& res,
+                                                     Call& call) {
+        auto p = ParseProfileParams(req.body);
+        if (!p.ok()) return SendError(res, p.status());
+        auto v = visible_job(req, call, Action::kManageJob);
+        if (!v.ok()) return SendError(res, v.status());
+        if (no_profiles(res)) return;
+        const JobId id = v->job.id;
+        if (v->job.state != JobState::kRunning || v->ranks.empty() || v->job.attempts.empty()) {
+          return SendError(res, FailedPrecondition("job " + std::to_string(id) + " is " +
+                                                   std::string(JobStateName(v->job.state)) +
+                                                   "; only a Running job can be profiled"));
+        }
+        std::vector<ProfileTarget> targets;
+        std::vector<int32_t> ranks;
+        for (const RankView& r : v->ranks) {
+          if (p->rank && *p->rank != r.rank) continue;
+          targets.push_back({r.rank, r.node});
+          ranks.push_back(r.rank);
+        }
+        if (targets.empty()) {
+          return SendError(
+              res, InvalidArgument("profile.rank: job " + std::to_string(id) + " has ranks 0.." +
+                                   std::to_string(v->ranks.size() - 1) + ", got " +
+                                   std::to_string(*p->rank)));
+        }
+        const int32_t attempt = v->job.attempts.back().index;
+        auto created = profiles->Create(id, attempt, p->steps, targets, call.who.Actor());
+        if (!created.ok()) return SendError(res, created.status());
+        if (Status s = cluster.SendProfile(id, attempt, ranks, created->id, p->steps); !s.ok()) {
+          // The job stopped meanwhile: the request is kept, failed, saying so.
+          profiles->Abandon(id, created->id, "not sent to the ranks: " + s.message()).IgnoreError();
+          return SendError(res, s);
+        }
+        SendJson(res, 201, RenderProfile(*created));
+      });
+  user("GET", R"(/jobs/([^/]+)/profiles)", Action::kReadJobs,
+       [visible_job, no_profiles, profiles, open_attempt](const Request& req, Response& res,
+                                                          Call& call) {
+         if (Status s = CheckParams(req.params, {}); !s.ok()) return SendError(res, s);
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         if (no_profiles(res)) return;
+         auto list = profiles->List(v->job.id, open_attempt(v->job));
+         if (!list.ok()) return SendError(res, list.status());
+         ordered_json out = ordered_json::array();
+         for (const ProfileRequest& r : *list) out.push_back(RenderProfile(r));
+         SendJson(res, 200, {{"profiles", std::move(out)}});
+       });
+  user(
+      "GET", R"(/jobs/([^/]+)/profiles/([^/]+))", Action::kReadJobs,
+      [visible_job, no_profiles, profiles, open_attempt](const Request& req, Response& res,
+                                                         Call& call) {
+        if (Status s = CheckParams(req.params, {"rank"}); !s.ok()) return SendError(res, s);
+        auto v = visible_job(req, call, Action::kReadJobs);
+        if (!v.ok()) return SendError(res, v.status());
+        if (no_profiles(res)) return;
+        const std::string pid = req.matches[2].str();
+        auto r = profiles->Get(v->job.id, pid, open_attempt(v->job));
+        if (!r.ok()) return SendError(res, r.status());
+        Result<std::string> trace = InvalidArgument("unreachable");
+        if (auto rank = Param(req.params, "rank")) {
+          auto n = ParseInt("rank", *rank, 0, 100'000'000);
+          if (!n.ok()) return SendError(res, n.status());
+          trace = profiles->ReadTrace(v->job.id, pid, static_cast<int32_t>(*n));
+        } else {
+          std::vector<int32_t> stored;
+          std::string states;
+          for (const ProfileRank& k : r->ranks) {
+            if (k.state == ProfileState::kStored) stored.push_back(k.rank);
+            states += (states.empty() ? "" : ", ") + std::string("rank ") + std::to_string(k.rank) +
+                      " " + std::string(ProfileStateName(k.state));
+          }
+          if (stored.empty()) {
+            return SendError(res, FailedPrecondition("no rank of profile " + pid +
+                                                     " has stored its trace yet (" + states + ")"));
+          }
+          trace = MergeProfileTraces(
+              pid, stored, [&](int32_t rank) { return profiles->ReadTrace(v->job.id, pid, rank); });
+        }
+        if (!trace.ok()) return SendError(res, trace.status());
+        res.status = 200;
+        res.body = std::move(*trace);  // up to 64 MiB a rank: not copied
+        res.set_header("Content-Type", "application/json");
+      });
 
   // --- nodes, queues, tenants, priority classes ---
   // A node shows every caller its GPUs, but only the jobs the caller may see.
@@ -1566,8 +1766,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
 
   // --- agents ---
   const std::string token = options.join_token;
-  for (const char* path :
-       {"/agent/register", "/agent/heartbeat", "/agent/poll", "/agent/logs", "/agent/metrics"}) {
+  for (const char* path : {"/agent/register", "/agent/heartbeat", "/agent/poll", "/agent/logs",
+                           "/agent/metrics", "/agent/profile"}) {
     routes.push_back({"POST", v1 + path, RouteAccess::kAgent, Action::kReadCluster});
   }
   auto authorized = [token](const Request& req, Response& res) {
@@ -1695,6 +1895,18 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
       }
     }
     SendJson(res, 200, {{"next_offset", *next}});
+  });
+  http.Post(v1 + "/agent/profile", [authorized, profiles](const Request& req, Response& res) {
+    if (!authorized(req, res)) return;
+    if (profiles == nullptr) return SendError(res, Unavailable("this server keeps no profiles"));
+    auto report = ParseProfileReport(req.body);
+    if (!report.ok()) return SendError(res, report.status());
+    auto reply = profiles->Report(*report);
+    if (!reply.ok()) return SendError(res, reply.status());
+    ordered_json out = {{"next_offset", reply->next_offset},
+                        {"state", ProfileStateName(reply->state)}};
+    if (!reply->message.empty()) out["message"] = reply->message;
+    SendJson(res, 200, out);
   });
   return routes;
 }

@@ -27,6 +27,7 @@
 #include "server/access.h"
 #include "server/cluster.h"
 #include "server/logs.h"
+#include "server/profiles.h"
 
 namespace httplib {
 class Server;
@@ -71,6 +72,19 @@ Result<TenantQuota> ParseTenantQuota(std::string_view body);
 // "weight" (1), "parent" (none). The whole queue: omitted fields take their defaults.
 Result<Queue> ParseQueue(std::string_view body, const std::string& tenant, const std::string& name);
 
+// POST /jobs/{id}/profile body: {"steps": 1..kMaxProfileSteps (default
+// kDefaultProfileSteps), "rank": R (default: every rank)}; an empty body takes both
+// defaults.
+struct ProfileParams {
+  int32_t steps = kDefaultProfileSteps;
+  std::optional<int32_t> rank;
+};
+Result<ProfileParams> ParseProfileParams(std::string_view body);
+// POST /agent/profile body: {"node", "task_id", "offset", "id"} and either "status"
+// ("recording", or "failed" with "message") or a chunk ("data_b64", "total_bytes").
+Result<ProfileReport> ParseProfileReport(std::string_view body);
+nlohmann::ordered_json RenderProfile(const ProfileRequest& request);
+
 // The job as people see it: the values of its spec's secret_env are "<redacted>".
 nlohmann::ordered_json RenderJob(const JobView& view);
 nlohmann::ordered_json RenderJobSummary(const Job& job);
@@ -83,6 +97,8 @@ struct ApiOptions {
   // Where runs' metric series and logged params go (experiment tracking); without
   // one the /runs endpoints answer 503 and agents' metrics lines are only filed.
   track::SeriesStore* series = nullptr;
+  // Where on-demand profiles are kept; without one the profile endpoints answer 503.
+  ProfileStore* profiles = nullptr;
 };
 
 // Who may call a route: anyone (health checks), agents (the join token), or users

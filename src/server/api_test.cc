@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "core/spec_codec.h"
@@ -14,6 +16,7 @@ namespace trainyard::server {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -115,6 +118,89 @@ TEST(DecodeBase64Test, RoundTrips) {
   EXPECT_FALSE(DecodeBase64("a*==").ok());
 }
 
+TEST(ParseProfileParamsTest, DefaultsBoundsAndNamedErrors) {
+  auto none = ParseProfileParams("");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->steps, kDefaultProfileSteps);
+  EXPECT_FALSE(none->rank);
+  auto both = ParseProfileParams(R"({"steps": 5, "rank": 1})");
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->steps, 5);
+  EXPECT_EQ(both->rank, 1);
+  EXPECT_EQ(ParseProfileParams(R"({"steps": 10000})")->steps, 10000);
+  EXPECT_THAT(ParseProfileParams(R"({"steps": 0})").status().message(),
+              HasSubstr("profile.steps: expected an integer 1..10000, got \"0\""));
+  EXPECT_THAT(ParseProfileParams(R"({"steps": 10001})").status().message(),
+              HasSubstr("profile.steps"));
+  EXPECT_THAT(ParseProfileParams(R"({"steps": "5"})").status().message(),
+              HasSubstr("profile.steps"));
+  EXPECT_THAT(ParseProfileParams(R"({"rank": -1})").status().message(), HasSubstr("profile.rank"));
+  EXPECT_THAT(ParseProfileParams(R"({"step": 5})").status().message(),
+              HasSubstr("unknown field \"step\"; valid: steps, rank"));
+  EXPECT_EQ(ParseProfileParams("[").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ParseProfileReportTest, StatusesAndChunks) {
+  auto rec = ParseProfileReport(
+      R"({"node": "n1", "task_id": "7.2.1", "offset": 0, "id": "p-7-3", "status": "recording"})");
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->kind, ProfileReport::Kind::kRecording);
+  EXPECT_EQ(rec->job, 7);
+  EXPECT_EQ(rec->attempt, 2);
+  EXPECT_EQ(rec->rank, 1);
+  EXPECT_EQ(rec->id, "p-7-3");
+  auto failed = ParseProfileReport(
+      R"({"node": "n1", "task_id": "7.2.1", "offset": 0, "id": "p-7-3", "status": "failed",
+          "message": "no space"})");
+  EXPECT_EQ(failed->kind, ProfileReport::Kind::kFailed);
+  EXPECT_EQ(failed->message, "no space");
+  auto chunk = ParseProfileReport(
+      R"({"node": "n1", "task_id": "7.2.1", "offset": 5, "id": "p-7-3", "data_b64": "aGVsbG8=",
+          "total_bytes": 10})");
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  EXPECT_EQ(chunk->kind, ProfileReport::Kind::kChunk);
+  EXPECT_EQ(chunk->data, "hello");
+  EXPECT_EQ(chunk->offset, 5);
+  EXPECT_EQ(chunk->total_bytes, 10);
+  // Another job's id, a missing size, an unknown status: named.
+  EXPECT_THAT(ParseProfileReport(R"({"node": "n1", "task_id": "7.2.1", "offset": 0,
+                                     "id": "p-8-3", "status": "recording"})")
+                  .status()
+                  .message(),
+              HasSubstr("profile.id"));
+  EXPECT_THAT(ParseProfileReport(R"({"node": "n1", "task_id": "7.2.1", "offset": 0,
+                                     "id": "p-7-3", "data_b64": ""})")
+                  .status()
+                  .message(),
+              HasSubstr("profile.total_bytes"));
+  EXPECT_THAT(ParseProfileReport(R"({"node": "n1", "task_id": "7.2.1", "offset": 0,
+                                     "id": "p-7-3", "status": "stored"})")
+                  .status()
+                  .message(),
+              HasSubstr("profile.status"));
+  EXPECT_THAT(ParseProfileReport(R"({"node": "n1", "id": "p-7-3"})").status().message(),
+              HasSubstr("profile.task_id"));
+}
+
+TEST(RenderProfileTest, RanksWithTheirStates) {
+  ProfileRequest r;
+  r.id = "p-7-1";
+  r.job = 7;
+  r.steps = 5;
+  r.created_by = "user:alice";
+  r.ranks = {{0, "n0", ProfileState::kStored, "", "", 1234, {}},
+             {1, "n1", ProfileState::kFailed, "torch: boom", "", 0, {}}};
+  ordered_json j = RenderProfile(r);
+  EXPECT_EQ(j["id"], "p-7-1");
+  EXPECT_EQ(j["done"], true);
+  EXPECT_EQ(j["ranks"][0]["state"], "stored");
+  EXPECT_EQ(j["ranks"][0]["bytes"], 1234);
+  EXPECT_FALSE(j["ranks"][0].contains("message"));
+  EXPECT_EQ(j["ranks"][1]["message"], "torch: boom");
+  r.ranks[1].state = ProfileState::kRecording;
+  EXPECT_EQ(RenderProfile(r)["done"], false);
+}
+
 TEST(RenderJobTest, SecretEnvValuesAreRedacted) {
   SpecParseResult r = ParseSpec(
       "name: s\ncommand: [x]\nenv: {HF_TOKEN: hf_abc123, LR: '0.1'}\nsecret_env: [HF_TOKEN]\n",
@@ -146,7 +232,10 @@ class ApiTest : public ::testing::Test {
     auto access = AccessControl::Open(&store_, &clock_, {.insecure_local = true});
     ASSERT_TRUE(access.ok());
     access_ = std::move(*access);
-    InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"secret"});
+    profiles_dir_ = ::testing::TempDir() + "/api_test_profiles_" + std::to_string(getpid());
+    std::filesystem::remove_all(profiles_dir_);
+    profiles_ = std::make_unique<ProfileStore>(profiles_dir_, &clock_);
+    InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"secret", nullptr, profiles_.get()});
     port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -154,6 +243,7 @@ class ApiTest : public ::testing::Test {
   void TearDown() override {
     cluster_->Shutdown();
     serving_.Stop();
+    std::filesystem::remove_all(profiles_dir_);
   }
 
   std::pair<int, json> Post(const std::string& path, const std::string& body, bool agent = false) {
@@ -177,6 +267,8 @@ class ApiTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<LogStore> logs_;
+  std::string profiles_dir_;
+  std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<AccessControl> access_;
   httplib::Server http_;
   LoopbackServer serving_;
@@ -297,6 +389,100 @@ TEST_F(ApiTest, LogsRoundTrip) {
   EXPECT_EQ(mr["next_offset"], 100);
   auto [js, job] = Get("/api/v1/jobs/" + id);
   EXPECT_EQ(job["checkpoint"]["path"], "/ck/1");
+}
+
+TEST_F(ApiTest, ProfileOfARunningJobRoundTrips) {
+  const std::string reg = R"({"node": {"name": "n1", "cpus": 2, "memory_mib": 1024}})";
+  ASSERT_EQ(Post("/api/v1/agent/register", reg, true).first, 200);
+  auto [status, body] = Post("/api/v1/jobs", "name: a\nreplicas: 2\ncommand: [x]\n");
+  ASSERT_EQ(status, 201);
+  const std::string id = std::to_string(body["id"].get<int64_t>());
+  // Not running yet: refused, saying why.
+  auto [pending, why] = Post("/api/v1/jobs/" + id + "/profile", R"({"steps": 3})");
+  EXPECT_EQ(pending, 409);
+  EXPECT_THAT(why["error"].get<std::string>(), HasSubstr("Pending; only a Running job"));
+  ASSERT_TRUE(cluster_->SchedulePass().ok());
+  auto starts = cluster_->Poll("n1", Duration(0));
+  ASSERT_TRUE(starts.ok());
+  Heartbeat hb;
+  hb.node = "n1";
+  for (const Command& c : *starts) {
+    hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank, "running",
+                        1, 0, 0, 0, 0, ""});
+  }
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+
+  EXPECT_EQ(Post("/api/v1/jobs/" + id + "/profile", R"({"steps": 0})").first, 400);
+  EXPECT_EQ(Post("/api/v1/jobs/" + id + "/profile", R"({"rank": 2})").first, 400);
+  auto [created, request] = Post("/api/v1/jobs/" + id + "/profile", R"({"steps": 3})");
+  ASSERT_EQ(created, 201) << request.dump();
+  const std::string pid = request["id"];
+  EXPECT_EQ(pid, "p-" + id + "-1");
+  EXPECT_EQ(request["ranks"].size(), 2u);
+  EXPECT_EQ(request["ranks"][0]["state"], "requested");
+  // The agent gets one `profile` command per rank.
+  auto [ps, poll] = Post("/api/v1/agent/poll", R"({"node": "n1", "wait_ms": 0})", true);
+  ASSERT_EQ(poll["commands"].size(), 2u) << poll.dump();
+  EXPECT_EQ(poll["commands"][0],
+            json({{"kind", "profile"}, {"task_id", id + ".0.0"}, {"id", pid}, {"steps", 3}}));
+
+  const std::string trace =
+      R"({"traceEvents":[{"name":"step 4","ph":"X","ts":1,"dur":2,"pid":9,"tid":1}]})";
+  auto b64 = [](const std::string& text) {
+    static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    for (size_t i = 0; i < text.size(); i += 3) {
+      uint32_t n = static_cast<uint8_t>(text[i]) << 16;
+      if (i + 1 < text.size()) n |= static_cast<uint8_t>(text[i + 1]) << 8;
+      if (i + 2 < text.size()) n |= static_cast<uint8_t>(text[i + 2]);
+      out += k[(n >> 18) & 63];
+      out += k[(n >> 12) & 63];
+      out += i + 1 < text.size() ? k[(n >> 6) & 63] : '=';
+      out += i + 2 < text.size() ? k[n & 63] : '=';
+    }
+    return out;
+  };
+  auto [us, up] = Post("/api/v1/agent/profile",
+                       json({{"node", "n1"},
+                             {"task_id", id + ".0.0"},
+                             {"id", pid},
+                             {"offset", 0},
+                             {"total_bytes", trace.size()},
+                             {"data_b64", b64(trace)}})
+                           .dump(),
+                       true);
+  ASSERT_EQ(us, 200) << up.dump();
+  EXPECT_EQ(up["state"], "stored");
+  EXPECT_EQ(up["next_offset"], trace.size());
+  auto [fs, failed] = Post("/api/v1/agent/profile",
+                           json({{"node", "n1"},
+                                 {"task_id", id + ".0.1"},
+                                 {"id", pid},
+                                 {"offset", 0},
+                                 {"status", "failed"},
+                                 {"message", "torch.profiler: boom"}})
+                               .dump(),
+                           true);
+  ASSERT_EQ(fs, 200) << failed.dump();
+  // The agent's token is needed, and another job's id is refused.
+  EXPECT_EQ(Post("/api/v1/agent/profile", "{}", false).first, 401);
+
+  auto [ls, list] = Get("/api/v1/jobs/" + id + "/profiles");
+  ASSERT_EQ(ls, 200);
+  ASSERT_EQ(list["profiles"].size(), 1u);
+  EXPECT_EQ(list["profiles"][0]["done"], true);
+  EXPECT_EQ(list["profiles"][0]["ranks"][1]["message"], "torch.profiler: boom");
+  auto raw = client_->Get(("/api/v1/jobs/" + id + "/profiles/" + pid + "?rank=0").c_str());
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->status, 200);
+  EXPECT_EQ(raw->body, trace);
+  auto [ms, merged] = Get("/api/v1/jobs/" + id + "/profiles/" + pid);
+  ASSERT_EQ(ms, 200) << merged.dump();
+  EXPECT_EQ(merged["otherData"]["ranks"], json::array({0}));
+  EXPECT_EQ(merged["traceEvents"].back()["pid"], 0);
+  EXPECT_EQ(Get("/api/v1/jobs/" + id + "/profiles/" + pid + "?rank=1").first, 409);
+  EXPECT_EQ(Get("/api/v1/jobs/" + id + "/profiles/p-" + id + "-9").first, 404);
+  EXPECT_EQ(Get("/api/v1/jobs/" + id + "/profiles/" + pid + "?rnk=1").first, 400);
 }
 
 }  // namespace

@@ -108,8 +108,11 @@ class AuthzTest : public ::testing::Test {
     auto opened = track::SeriesStore::Open(db);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     series_ = std::move(*opened);
-    routes_ =
-        InstallApi(http_, *cluster_, *logs_, *access_, ApiOptions{"join-secret", series_.get()});
+    profiles_dir_ = ::testing::TempDir() + "/authz_test_profiles_" + std::to_string(getpid());
+    std::filesystem::remove_all(profiles_dir_);
+    profiles_ = std::make_unique<ProfileStore>(profiles_dir_, &clock_);
+    routes_ = InstallApi(http_, *cluster_, *logs_, *access_,
+                         ApiOptions{"join-secret", series_.get(), profiles_.get()});
     port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -117,6 +120,7 @@ class AuthzTest : public ::testing::Test {
   void TearDown() override {
     cluster_->Shutdown();
     serving_.Stop();
+    std::filesystem::remove_all(profiles_dir_);
   }
 
   void AddUser(const std::string& name, const std::string& tenant, Role role) {
@@ -178,6 +182,22 @@ class AuthzTest : public ::testing::Test {
         series_->Append({{std::stoll(id), 0, "loss", {{1, 1000, 2.5}, {2, 2000, 2.4}}}}).ok());
     return id;
   }
+  // A new job of `scope` with a profile whose rank 0 stored its trace; returns the
+  // trace's path.
+  std::string NewJobWithProfile(const Caller& caller, Scope scope) {
+    const std::string id = NewJob(caller, scope);
+    auto r = profiles_->Create(std::stoll(id), 0, 5, {{0, "node-0"}}, "test");
+    EXPECT_TRUE(r.ok());
+    if (!r.ok()) return "";
+    ProfileReport chunk;
+    chunk.node = "node-0";
+    chunk.job = std::stoll(id);
+    chunk.id = r->id;
+    chunk.data = R"({"traceEvents": []})";
+    chunk.total_bytes = static_cast<int64_t>(chunk.data.size());
+    EXPECT_TRUE(profiles_->Report(chunk).ok());
+    return "/api/v1/jobs/" + id + "/profiles/" + r->id;
+  }
   // A new empty queue of `scope`'s tenant, to change or delete.
   std::string NewQueue(Scope scope) {
     const std::string name = Fresh();
@@ -205,6 +225,8 @@ class AuthzTest : public ::testing::Test {
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<track::SeriesStore> series_;
+  std::string profiles_dir_;
+  std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<AccessControl> access_;
   Principal admin_;
   std::map<std::string, std::string> tokens_;  // user -> token text
@@ -291,6 +313,15 @@ const std::map<std::string, Rule>& Rules() {
       {"POST /api/v1/jobs/([^/]+)/checkpoint",
        JobManage("checkpoint", R"({"path": "/ck/1", "step": 1})")},
       {"GET /api/v1/jobs/([^/]+)/trace", JobRead("/trace")},
+      // Profiling a Pending job is refused (409) after the caller is authorized.
+      {"POST /api/v1/jobs/([^/]+)/profile", JobManage("profile", R"({"steps": 5})")},
+      {"GET /api/v1/jobs/([^/]+)/profiles", JobRead("/profiles")},
+      {"GET /api/v1/jobs/([^/]+)/profiles/([^/]+)",
+       {kAll,
+        [](AuthzTest& t, const Caller& c, Scope s) {
+          return Request{t.NewJobWithProfile(c, s), ""};
+        },
+        TenantReader}},
       {"GET /api/v1/runs",
        {kTenants,
         [](AuthzTest&, const Caller&, Scope s) {

@@ -240,6 +240,8 @@ class Cluster::Impl {
   Status Cancel(JobId id, const std::string& actor);
   Status SetHeld(JobId id, bool held, const std::string& actor);
   Status ReportCheckpoint(JobId id, const CheckpointReport& report, const std::string& actor);
+  Status SendProfile(JobId id, int32_t attempt, const std::vector<int32_t>& ranks,
+                     const std::string& profile_id, int32_t steps);
   std::vector<NodeView> ListNodes();
   Result<NodeView> GetNode(const std::string& name);
   Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor);
@@ -996,6 +998,50 @@ Status Cluster::Impl::ReportCheckpoint(JobId id, const CheckpointReport& report,
                     " (written in " + FormatDuration(report.write_duration) + ")");
   TY_RETURN_IF_ERROR(CommitLocked(b));
   e.job = std::move(next);
+  return Status::Ok();
+}
+
+Status Cluster::Impl::SendProfile(JobId id, int32_t attempt, const std::vector<int32_t>& ranks,
+                                  const std::string& profile_id, int32_t steps) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(id);
+  const std::string job = "job " + std::to_string(id);
+  if (it == jobs_.end()) {
+    TY_ASSIGN_OR_RETURN(std::optional<Job> stored, store_->GetJob(id));
+    if (!stored) return NotFound(job + " does not exist");
+    return FailedPrecondition(job + " has finished (" + std::string(JobStateName(stored->state)) +
+                              "); only a Running job can be profiled");
+  }
+  const JobEntry& e = it->second;
+  if (e.job.state != JobState::kRunning || !e.gang || e.gang->stopping != Stopping::kNone) {
+    return FailedPrecondition(
+        job + " is " + std::string(JobStateName(e.job.state)) +
+        (e.gang && e.gang->stopping != Stopping::kNone ? " and stopping" : "") +
+        "; only a Running job can be profiled");
+  }
+  if (e.gang->attempt != attempt) {
+    return FailedPrecondition(job + " is running attempt " + std::to_string(e.gang->attempt) +
+                              ", not attempt " + std::to_string(attempt));
+  }
+  std::vector<const Rank*> targets;
+  for (int32_t r : ranks) {
+    auto rank = std::find_if(e.gang->ranks.begin(), e.gang->ranks.end(),
+                             [r](const Rank& x) { return x.rank == r; });
+    if (rank == e.gang->ranks.end()) {
+      return InvalidArgument("rank: " + job + " has ranks 0.." +
+                             std::to_string(e.gang->ranks.size() - 1) + ", got " +
+                             std::to_string(r));
+    }
+    targets.push_back(&*rank);
+  }
+  for (const Rank* r : targets) {
+    Command c;
+    c.kind = Command::Kind::kProfile;
+    c.task_id = TaskId(id, attempt, r->rank);
+    c.profile_id = profile_id;
+    c.steps = steps;
+    Push(r->node, std::move(c));
+  }
   return Status::Ok();
 }
 
@@ -1977,6 +2023,10 @@ Status Cluster::Release(JobId id, const std::string& actor) {
 Status Cluster::ReportCheckpoint(JobId id, const CheckpointReport& report,
                                  const std::string& actor) {
   return impl_->ReportCheckpoint(id, report, actor);
+}
+Status Cluster::SendProfile(JobId id, int32_t attempt, const std::vector<int32_t>& ranks,
+                            const std::string& profile_id, int32_t steps) {
+  return impl_->SendProfile(id, attempt, ranks, profile_id, steps);
 }
 std::vector<NodeView> Cluster::ListNodes() { return impl_->ListNodes(); }
 Result<NodeView> Cluster::GetNode(const std::string& name) { return impl_->GetNode(name); }

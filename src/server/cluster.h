@@ -5,7 +5,8 @@
 // and does all the control plane's logic: submission, the scheduling pass
 // (sched::Schedule on a snapshot, then applying its decisions), the gang lifecycle
 // (start every rank, Starting -> Running when all run, stop the gang when one rank
-// fails, retry with backoff), the preemption protocol, node timeouts, cordon/drain,
+// fails, retry with backoff), the preemption protocol, profile commands (their state is
+// the ProfileStore's, profiles.h), node timeouts, cordon/drain,
 // and reconciliation with agents after a restart. It knows nothing of HTTP: the API
 // layer (api.h) parses requests, calls it, and renders what it returns.
 //
@@ -206,6 +207,12 @@ class Cluster {
   Status Hold(JobId id, const std::string& actor);
   Status Release(JobId id, const std::string& actor);
   Status ReportCheckpoint(JobId id, const CheckpointReport& report, const std::string& actor);
+  // Queues a `profile` command (record `steps` steps as profile `profile_id`) for each
+  // of `ranks` of attempt `attempt`, to the agents they run on. FailedPrecondition,
+  // saying why, unless the job is Running that attempt and not being stopped;
+  // InvalidArgument, naming the range, for a rank its gang lacks (nothing is queued).
+  Status SendProfile(JobId id, int32_t attempt, const std::vector<int32_t>& ranks,
+                     const std::string& profile_id, int32_t steps);
 
   std::vector<NodeView> ListNodes();
   Result<NodeView> GetNode(const std::string& name);

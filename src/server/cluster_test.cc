@@ -14,6 +14,7 @@ namespace trainyard::server {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
@@ -256,6 +257,42 @@ TEST_F(ClusterTest, PreemptionSendsNoticeAndRequeuesWithLostWork) {
   ASSERT_THAT(resumed, SizeIs(1));
   EXPECT_EQ(resumed[0].start.job_id, low);
   EXPECT_EQ(resumed[0].start.env.at("TRAINYARD_RESUME_FROM"), "/ckpt/low/step-100");
+}
+
+TEST_F(ClusterTest, ProfileCommandsGoToTheAskedRanksOfARunningGang) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  EXPECT_EQ(cluster_->SendProfile(id, 0, {0}, "p-1-1", 5).code(), StatusCode::kFailedPrecondition);
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  ASSERT_THAT(c0, SizeIs(1));
+  ASSERT_THAT(c1, SizeIs(1));
+  Beat("node-0", {Task(c0[0], "running")});
+  Status starting = cluster_->SendProfile(id, 0, {0, 1}, "p-1-1", 5);
+  EXPECT_EQ(starting.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(starting.message(), HasSubstr("is Starting; only a Running job can be profiled"));
+  Beat("node-1", {Task(c1[0], "running")});
+  ASSERT_EQ(State(id), JobState::kRunning);
+
+  EXPECT_EQ(cluster_->SendProfile(id, 1, {0}, "p-1-1", 5).code(), StatusCode::kFailedPrecondition);
+  Status bad_rank = cluster_->SendProfile(id, 0, {0, 2}, "p-1-1", 5);
+  EXPECT_EQ(bad_rank.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_rank.message(), HasSubstr("has ranks 0..1, got 2"));
+  EXPECT_THAT(Commands("node-0"), IsEmpty()) << "a refused request sends nothing";
+
+  const std::string n1 = c1[0].start.rank == 1 ? "node-1" : "node-0";
+  ASSERT_TRUE(cluster_->SendProfile(id, 0, {1}, "p-1-2", 7).ok());
+  auto sent = Commands(n1);
+  ASSERT_THAT(sent, SizeIs(1));
+  EXPECT_EQ(sent[0].kind, Command::Kind::kProfile);
+  EXPECT_EQ(sent[0].task_id, TaskId(id, 0, 1));
+  EXPECT_EQ(sent[0].profile_id, "p-1-2");
+  EXPECT_EQ(sent[0].steps, 7);
+  EXPECT_EQ(ToJson(sent[0]).dump(),
+            R"({"kind":"profile","task_id":")" + TaskId(id, 0, 1) + R"(","id":"p-1-2","steps":7})");
+  EXPECT_THAT(Commands(n1 == "node-1" ? "node-0" : "node-1"), IsEmpty());
 }
 
 TEST_F(ClusterTest, NodeTimeoutTearsDownTheGangAndRequeuesIt) {

@@ -252,6 +252,9 @@ ordered_json ToJson(const Command& c) {
               {"grace_ms", c.grace.count()}};
     case Command::Kind::kStop:
       return {{"kind", "stop"}, {"task_id", c.task_id}, {"grace_ms", c.grace.count()}};
+    case Command::Kind::kProfile:
+      return {
+          {"kind", "profile"}, {"task_id", c.task_id}, {"id", c.profile_id}, {"steps", c.steps}};
   }
   return {};
 }

@@ -83,11 +83,13 @@ struct TaskStart {
 };
 
 struct Command {
-  enum class Kind { kStart, kPreempt, kStop } kind = Kind::kStart;
-  TaskStart start;      // kStart
-  std::string task_id;  // kPreempt, kStop
-  int signal = 0;       // kPreempt
-  Duration grace{0};    // kPreempt, kStop
+  enum class Kind { kStart, kPreempt, kStop, kProfile } kind = Kind::kStart;
+  TaskStart start;         // kStart
+  std::string task_id;     // kPreempt, kStop, kProfile
+  int signal = 0;          // kPreempt
+  Duration grace{0};       // kPreempt, kStop
+  std::string profile_id;  // kProfile: the request ("p-<job>-<seq>")
+  int32_t steps = 0;       // kProfile: how many steps to record
 };
 
 Result<Registration> ParseRegistration(const nlohmann::json& j);

@@ -177,6 +177,7 @@ Status Server::Start() {
       TY_RETURN_IF_ERROR(WriteSecretFile(opt_.data_dir + "/" + kAdminTokenFile, admin->text));
   }
   logs_ = std::make_unique<LogStore>(opt_.data_dir);
+  profiles_ = std::make_unique<ProfileStore>(opt_.data_dir + "/profiles", &clock_);
   TY_ASSIGN_OR_RETURN(series_, track::SeriesStore::Open(opt_.data_dir + "/series.db"));
   const int threads = opt_.http_threads;
   http_->new_task_queue = [threads] {
@@ -188,7 +189,8 @@ Status Server::Start() {
   http_->set_keep_alive_max_count(100'000);
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
-  InstallApi(*http_, *cluster_, *logs_, *access_, ApiOptions{token_, series_.get()});
+  InstallApi(*http_, *cluster_, *logs_, *access_,
+             ApiOptions{token_, series_.get(), profiles_.get()});
   int listen_fd = -1;
   http_->set_socket_options([&listen_fd](socket_t sock) {
     httplib::default_socket_options(sock);
@@ -256,6 +258,10 @@ Status Server::PruneLogs() {
   const LogPrunePlan plan = PlanLogPruning(files, jobs, now, policy);
   if (plan.empty()) return Status::Ok();
   Status s = logs_->Prune(plan);
+  for (JobId job : plan.expired_jobs) {
+    // Profiles go with the logs of the job they were recorded of.
+    if (Status p = profiles_->DeleteJob(job); !p.ok() && s.ok()) s = p;
+  }
   std::cerr << "trainyard server: log retention: deleted";
   if (!plan.expired_jobs.empty()) {
     std::cerr << " the logs of " << plan.expired_jobs.size() << " job(s) finished over "

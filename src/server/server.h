@@ -1,7 +1,8 @@
 // Server: the `trainyard server` process in one object — a SQLite store in the data
 // directory, the Cluster state machine, the HTTP API, and the scheduling loop thread
 // (a pass after every burst of events, coalesced, and at least every few seconds;
-// node timeouts checked every 500 ms; old logs pruned at most once a minute).
+// node timeouts checked every 500 ms; old logs, and the profiles of their jobs, pruned
+// at most once a minute).
 //
 // Thread-safety: Start and Stop from one thread; everything else runs on the HTTP
 // worker threads and the loop thread.
@@ -19,6 +20,7 @@
 #include "server/clock.h"
 #include "server/cluster.h"
 #include "server/logs.h"
+#include "server/profiles.h"
 #include "store/store.h"
 
 namespace httplib {
@@ -89,6 +91,7 @@ class Server {
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<track::SeriesStore> series_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -5,7 +5,7 @@
 #
 #   e2e.sh TRAINYARD_BINARY CASE     CASE: gang | pending | bad-input | preempt |
 #                                          server-restart | agent-loss | rank-failure |
-#                                          auth | logs
+#                                          auth | logs | profile
 set -euo pipefail
 T=$1
 CASE=$2
@@ -326,6 +326,65 @@ command:
     fail "grep after pruning: $out"
   grep -q "log retention: deleted the logs of 1 job" "$WORK/server.log" ||
     fail "no word of pruning in the server log"
+  ;;
+profile)
+  # The example trainer on two ranks, asked for a profile of 5 steps: each rank's SDK
+  # records its step spans, its agent uploads them, the CLI merges them into one trace.
+  REPO=$(cd "$(dirname "$0")/../.." && pwd)
+  start_agent node-0 1
+  start_agent node-1 1
+  wait_nodes 2
+  id=$(submit "$(spec prof "name: prof
+replicas: 2
+resources: {gpus: 1}
+command: [\"$PY\", \"$REPO/examples/trainer/trainer.py\"]
+args: [--steps, \"3000\", --step-time, \"0.02\", --checkpoint-every, \"0\"]")")
+  wait_state "$id" Running
+  set +e
+  out=$("$T" profile "$id" --steps 0 2>&1); rc=$?
+  [[ $rc -eq 2 && $out == *steps* ]] || fail "--steps 0: rc=$rc $out"
+  code=$(curl -H "Authorization: Bearer $(cat "$D/token")" -s -o "$WORK/body" -w '%{http_code}' \
+    -X POST "$(cat "$D/server.url")/api/v1/jobs/$id/profile" -d '{"steps": 10001}')
+  [[ $code == 400 && $(cat "$WORK/body") == *profile.steps*10001* ]] ||
+    fail "steps 10001: $code $(cat "$WORK/body")"
+  out=$(timeout 60 "$T" profile "$id" --steps 5 --wait -o "$WORK/t.json" 2>&1); rc=$?
+  set -e
+  [[ $rc -eq 0 ]] || fail "profile --wait: rc=$rc $out"
+  [[ $out == *"rank 0: stored"*"rank 1: stored"*"wrote $WORK/t.json"* ]] || fail "profile: $out"
+  "$PY" -c '
+import json, sys
+trace = json.load(open(sys.argv[1]))
+steps = {}
+for e in trace["traceEvents"]:
+    if e.get("ph") == "X" and e.get("name", "").startswith("step "):
+        steps.setdefault(e["pid"], []).append(e)
+assert sorted(steps) == [0, 1], sorted(steps)
+assert all(len(v) == 5 for v in steps.values()), {k: len(v) for k, v in steps.items()}
+assert all("loss" in e["args"] and e["dur"] > 0 for v in steps.values() for e in v)
+names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+assert names == {0: "rank 0", 1: "rank 1"}, names
+' "$WORK/t.json" || fail "the merged trace: $(head -c 600 "$WORK/t.json")"
+  pid=$("$T" profile "$id" --list --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+  [[ $pid == "p-$id-1" ]] || fail "profile id $pid"
+  [[ $("$T" profile "$id" --list | grep -c stored) == 2 ]] ||
+    fail "--list: $("$T" profile "$id" --list)"
+  "$T" profile "$id" --get "$pid" --rank 1 -o "$WORK/r1.json" 2>/dev/null || fail "--get --rank 1"
+  "$PY" -c '
+import json, sys
+trace = json.load(open(sys.argv[1]))
+assert {e["pid"] for e in trace["traceEvents"]} == {1}, trace
+' "$WORK/r1.json" || fail "rank 1's trace: $(head -c 300 "$WORK/r1.json")"
+  [[ -s $D/profiles/$id/$pid/rank-0.json && -s $D/profiles/$id/$pid/rank-1.json ]] ||
+    fail "not stored under the data dir: $(ls -R "$D/profiles")"
+  [[ -z $(find "$WORK/agents" -path '*/profiles/*' -name 'p-*.json') ]] ||
+    fail "uploaded traces left on the nodes"
+  "$T" cancel "$id" >/dev/null
+  wait_state "$id" Cancelled
+  set +e
+  out=$("$T" profile "$id" 2>&1); rc=$?
+  set -e
+  [[ $rc -ne 0 && $out == *"only a Running job can be profiled"* ]] ||
+    fail "profile of a cancelled job: $out"
   ;;
 *)
   fail "unknown case"

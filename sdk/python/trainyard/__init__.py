@@ -22,6 +22,10 @@ callable from anywhere in a training script without plumbing; everything is also
 available as plain classes (MetricsLogger, PreemptionWatcher, Checkpointer) for code
 and tests that prefer to pass them in. Standard library only; Python 3.11+.
 
+When Trainyard asks for a profile (`trainyard profile JOB`), the default logger records
+the next steps by itself, with torch.profiler if the job imported torch, else with its
+own step spans; see profiler.py and profile_requested().
+
 Importing this module installs the SIGUSR1 handler (when imported in the main thread),
 so that a notice arriving before the first preemption_requested() call is not fatal.
 """
@@ -40,6 +44,7 @@ from .checkpoint import Checkpointer, CheckpointError, read_checkpoint
 from .environment import environment_params
 from .logger import FileSink, MetricsLogger, MetricsSink, NullSink, sink_from_env
 from .preemption import EXIT_PREEMPTED, PreemptionWatcher, notice_signal_from_env
+from .profiler import Profiler, profiler_from_env
 from .records import parse_line
 
 __all__ = [
@@ -48,7 +53,8 @@ __all__ = [
     "checkpoint_saved", "configure", "default_logger", "environment_params", "flush",
     "install_preemption_handler", "local_rank", "local_world_size", "log",
     "log_environment", "log_metrics", "log_params", "parse_line", "preemption_notice",
-    "preemption_requested", "rank", "read_checkpoint", "resume_from", "world_size",
+    "preemption_requested", "Profiler", "profile_requested", "rank", "read_checkpoint",
+    "resume_from", "world_size",
 ]
 
 __version__ = "0.1.0"
@@ -119,12 +125,14 @@ def default_logger() -> MetricsLogger:
     """The process's logger, created on first use from the environment:
     TRAINYARD_METRICS_FILE, else TRAINYARD_SERVER + TRAINYARD_TOKEN + TRAINYARD_RUN (the
     server's batch endpoint), else nowhere (records are validated, then discarded).
-    It logs the env.* params with its first record unless TRAINYARD_LOG_ENVIRONMENT=0."""
+    It logs the env.* params with its first record unless TRAINYARD_LOG_ENVIRONMENT=0,
+    and records the profiles asked for through TRAINYARD_PROFILE_FILE (profiler.py)."""
     global _default
     with _default_lock:
         if _default is None:
             sink = sink_from_env(os.environ)
-            _default = MetricsLogger(sink, log_environment=_log_environment_for(sink))
+            _default = MetricsLogger(sink, log_environment=_log_environment_for(sink),
+                                     profiler=profiler_from_env(os.environ))
         return _default
 
 
@@ -140,7 +148,8 @@ def configure(metrics_file: str | None = None, *, sink: MetricsSink | None = Non
 
     Give `metrics_file` (a path), or `sink`, or neither to re-read the environment.
     `logger_options` go to MetricsLogger (flush_interval_s, flush_points,
-    log_environment, ...); log_environment defaults to TRAINYARD_LOG_ENVIRONMENT != 0.
+    log_environment, profiler, ...); log_environment defaults to
+    TRAINYARD_LOG_ENVIRONMENT != 0, profiler to one for TRAINYARD_PROFILE_FILE.
     """
     global _default
     if metrics_file is not None and sink is not None:
@@ -148,6 +157,8 @@ def configure(metrics_file: str | None = None, *, sink: MetricsSink | None = Non
     if sink is None:
         sink = FileSink(metrics_file) if metrics_file else sink_from_env(os.environ)
     logger_options.setdefault("log_environment", _log_environment_for(sink))
+    if "profiler" not in logger_options:
+        logger_options["profiler"] = profiler_from_env(os.environ)
     new = MetricsLogger(sink, **logger_options)  # type: ignore[arg-type]
     with _default_lock:
         old, _default = _default, new
@@ -199,6 +210,18 @@ def log_environment() -> None:
 def flush(timeout: float | None = None) -> bool:
     """Writes everything logged so far; False if `timeout` seconds passed first."""
     return default_logger().flush(timeout)
+
+
+# ---- profiling ----
+
+
+def profile_requested() -> bool:
+    """True while Trainyard has asked this rank for a profile that is not yet recorded
+    (`trainyard profile JOB`). Nothing needs doing: recording starts by itself at the
+    next log(step=...) and covers the steps asked for; a loop may use this to, say, run
+    its usual steps rather than an evaluation while it records."""
+    profiler = default_logger().profiler
+    return profiler is not None and profiler.requested()
 
 
 # ---- preemption ----

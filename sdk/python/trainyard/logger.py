@@ -18,6 +18,11 @@ the first record. They are collected on the background thread (reading every ins
 distribution's metadata takes tens of milliseconds), so log() does not wait for them;
 flush() does. A failure to collect them is reported on stderr and otherwise ignored.
 
+Profiling: a logger made with a `profiler` (profiler.py; the default logger has one when
+TRAINYARD_PROFILE_FILE is set) hands it every log call's step and metrics and every
+checkpoint, lets its background thread look for profile requests (at most every
+0.5 s), and writes the profiler's "profile" records like any other, promptly.
+
 Backpressure: if the sink stalls (a hung network file system, a full disk) the buffer
 grows to `max_buffered_lines`; beyond that the oldest lines are dropped and counted
 (`dropped_lines`), with one warning on stderr. Losing old metrics is better than
@@ -43,6 +48,7 @@ from typing import Protocol
 
 from . import records
 from .environment import environment_params
+from .profiler import Profiler
 
 # The most lines kept in memory while a sink is not keeping up; beyond it the oldest go.
 DEFAULT_MAX_BUFFERED_LINES = 100_000
@@ -136,8 +142,8 @@ class MetricsLogger:
                  max_buffered_lines: int = DEFAULT_MAX_BUFFERED_LINES,
                  clock_ms: Callable[[], int] = wall_clock_ms,
                  register_atexit: bool = True, log_environment: bool = False,
-                 environment: Callable[[], Mapping[str, object]] = environment_params
-                 ) -> None:
+                 environment: Callable[[], Mapping[str, object]] = environment_params,
+                 profiler: Profiler | None = None) -> None:
         if flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s: must be > 0, got {flush_interval_s!r}")
         if flush_points < 1:
@@ -173,6 +179,10 @@ class MetricsLogger:
         self._env_ready = threading.Event()
         self._env_ready.set()
 
+        self._profiler = profiler
+        if profiler is not None:
+            profiler.attach(self._append_profile_record)
+
         self._register_atexit = register_atexit
         if register_atexit:
             atexit.register(self._close_at_exit)
@@ -188,6 +198,12 @@ class MetricsLogger:
         """Like log(), with the metrics as a mapping (for keys such as "eval/loss")."""
         record = records.metrics_record(step, self._clock_ms(), metrics)
         self._append(records.encode_line(record), len(metrics))
+        if self._profiler is not None:
+            try:
+                self._profiler.on_step(record["step"], record["metrics"])
+            except Exception as e:  # a profiler bug must not reach the training loop
+                print(f"trainyard: profiler: {type(e).__name__}: {e}", file=sys.stderr,
+                      flush=True)
 
     def log_params(self, params: Mapping[str, object]) -> None:
         """Records hyperparameters (scalars; nested dicts become dotted keys)."""
@@ -203,6 +219,17 @@ class MetricsLogger:
                                            duration_ms, bytes, **extra_ms)
         # A checkpoint record is what the control plane resumes from: send it promptly.
         self._append(records.encode_line(record), self._flush_points)
+        if self._profiler is not None:
+            self._profiler.on_checkpoint(record)
+
+    def _append_profile_record(self, record: Mapping[str, object]) -> None:
+        """The profiler's records: the agent acts on them, so they go promptly."""
+        self._append(records.encode_line(record), self._flush_points)
+
+    @property
+    def profiler(self) -> Profiler | None:
+        """The profiler this logger drives, if it has one."""
+        return self._profiler
 
     def _append(self, line: bytes, points: int) -> None:
         warn = False
@@ -309,16 +336,34 @@ class MetricsLogger:
         self._thread.start()
 
     def _run(self) -> None:
+        # With a profiler the thread also wakes to look for its requests, more often
+        # than it flushes when flush_interval_s is long.
+        wait_s = self._flush_interval_s
+        if self._profiler is not None:
+            wait_s = min(wait_s, max(self._profiler.poll_interval_s, 0.05))
+        next_flush = time.monotonic() + self._flush_interval_s
         while True:
             self._collect_environment()
-            self._wake.wait(self._flush_interval_s)
+            woken = self._wake.wait(wait_s)
             self._wake.clear()
+            self._poll_profiler()
             self._collect_environment()
-            self._deliver()
-            self._retry_sink()
+            if woken or self._profiler is None or time.monotonic() >= next_flush:
+                next_flush = time.monotonic() + self._flush_interval_s
+                self._deliver()
+                self._retry_sink()
             with self._buffer_lock:
                 if self._closed:
                     return
+
+    def _poll_profiler(self) -> None:
+        if self._profiler is None:
+            return
+        try:
+            self._profiler.poll()
+        except Exception as e:  # never let this stop the metrics
+            print(f"trainyard: profile request: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
 
     def _retry_sink(self) -> None:
         """Lets a sink that keeps undelivered lines retry them (MetricsSink)."""
@@ -391,6 +436,9 @@ class MetricsLogger:
             if self._closed:
                 return
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._profiler is not None:
+            # Its last records (a trace stored at exit) go out with this flush.
+            self._profiler.close(None if timeout is None else timeout / 2)
         set_deadline = getattr(self._sink, "set_deadline", None)
         if deadline is not None and set_deadline is not None:
             # A moment before ours: a sink busy retrying on the background thread then

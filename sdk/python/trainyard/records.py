@@ -183,6 +183,36 @@ def checkpoint_record(time_ms: int, path: object, step: object,
     return record
 
 
+PROFILE_STATUSES = ("recording", "stored", "failed")
+MAX_PROFILE_MESSAGE_CHARS = 2000
+PROFILE_ID_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+
+
+def profile_record(time_ms: int, profile_id: object, rank: int, status: str, *,
+                   path: str | None = None, message: str | None = None,
+                   steps: int | None = None, mode: str | None = None) -> dict[str, Any]:
+    """Returns a validated `"kind": "profile"` record: what became of the profile the
+    agent asked for (docs/metrics-file.md). A message is cut to 2,000 characters."""
+    if not isinstance(profile_id, str) or PROFILE_ID_PATTERN.fullmatch(profile_id) is None:
+        raise ValueError(f"profile id: must be 1-64 of A-Z a-z 0-9 . _ -, got {profile_id!r}")
+    if status not in PROFILE_STATUSES:
+        raise ValueError(f"profile status: must be one of {', '.join(PROFILE_STATUSES)}, "
+                         f"got {status!r}")
+    if status == "stored" and not path:
+        raise ValueError("profile status stored: needs the path of the trace")
+    record: dict[str, Any] = {"kind": "profile", "time_ms": time_ms, "id": profile_id,
+                              "rank": rank, "status": status}
+    if path is not None:
+        record["path"] = path
+    if message is not None:
+        record["message"] = message[:MAX_PROFILE_MESSAGE_CHARS]
+    if steps is not None:
+        record["steps"] = steps
+    if mode is not None:
+        record["mode"] = mode
+    return record
+
+
 def decode_value(value: object) -> object:
     """Inverse of encode_number for one metric value: "NaN" etc. become floats."""
     if isinstance(value, str) and value in _NON_FINITE:
