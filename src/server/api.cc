@@ -1524,7 +1524,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
        [&cluster, no_series, build_run](const Request& req, Response& res, Call& call) {
          if (no_series(res)) return;
          if (Status s = CheckParams(req.params, {"ids"}); !s.ok()) return SendError(res, s);
-         std::string_view ids = Param(req.params, "ids").value_or("");
+         const std::string ids_text = Param(req.params, "ids").value_or("");
+         std::string_view ids = ids_text;
          std::vector<track::RunRecord> runs;
          while (!ids.empty()) {
            size_t comma = ids.find(',');
