@@ -40,6 +40,9 @@ const std::vector<SignalInfo>& SignalTable() {
         {"job.step_time_s", J, false, job, "seconds",
          "seconds per training step (median over the job's ranks)"},
         {"job.tokens_per_s", J, false, job, "tokens/s", "training throughput of the whole job"},
+        {"job.mfu", J, false, job, "ratio",
+         "model FLOPs utilisation (0-1) of the job, from its tokens/s and model size "
+         "(docs/runs.md); a drop means the GPUs do less useful work"},
         {"job.gpu_util", J, false, job, "percent",
          "mean utilisation of the job's GPUs (0-100), over all its nodes"},
         {"job.rank_step_time_ratio", J, false, rank, "ratio",

@@ -130,7 +130,7 @@ TEST(RulesTest, UnknownSignalListsTheKnownOnes) {
       std::vector<std::string>{
           "r.yaml:3: R.signal: unknown signal \"job.gradnorm\"; did you mean job.grad_norm? "
           "Known signals: job.loss, job.grad_norm, job.lr, job.step_time_s, job.tokens_per_s, "
-          "job.gpu_util, job.rank_step_time_ratio, job.checkpoint_age_ratio, "
+          "job.mfu, job.gpu_util, job.rank_step_time_ratio, job.checkpoint_age_ratio, "
           "job.checkpoint_write_s, job.progress_age_s, job.pending_ratio, gpu.util, gpu.temp_c, "
           "gpu.throttled, gpu.xid_count, gpu.ecc_uncorrectable, link.errors, link.down, "
           "node.heartbeat_age_s, node.disk_free_ratio"});
@@ -235,7 +235,7 @@ TEST(RulesTest, FieldErrorsNameFileLineRuleFieldValueAndFix) {
        "r.yaml:5: R.enabled: must be true or false, got \"maybe\""},
       {"    condition: {nan: true}\n",
        "r.yaml:2: R.signal: is required: the signal the rule watches, one of job.loss, "
-       "job.grad_norm, job.lr, job.step_time_s, job.tokens_per_s, job.gpu_util, "
+       "job.grad_norm, job.lr, job.step_time_s, job.tokens_per_s, job.mfu, job.gpu_util, "
        "job.rank_step_time_ratio, job.checkpoint_age_ratio, job.checkpoint_write_s, "
        "job.progress_age_s, job.pending_ratio, gpu.util, gpu.temp_c, gpu.throttled, "
        "gpu.xid_count, gpu.ecc_uncorrectable, link.errors, link.down, node.heartbeat_age_s, "
@@ -484,7 +484,7 @@ TEST(RulesTest, SignalTable) {
     EXPECT_EQ(s.scope == SignalScope::kJob, s.name.starts_with("job.")) << s.name;
     EXPECT_EQ(FindSignal(s.name), &s);
   }
-  EXPECT_EQ(names.size(), 20u);
+  EXPECT_EQ(names.size(), 21u);  // 12 job signals, 9 GPU, link and node ones
   EXPECT_EQ(FindSignal("job.nope"), nullptr);
   EXPECT_TRUE(SignalNamesNode(*FindSignal("job.rank_step_time_ratio")));
   EXPECT_FALSE(SignalNamesNode(*FindSignal("job.loss")));
