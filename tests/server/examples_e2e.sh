@@ -24,21 +24,6 @@ fail_extra() {  # the jobs' state and last log lines
   done
 }
 
-start_agent() {  # NAME: from the repository root, like `trainyard up` run there
-  (cd "$REPO" && exec "$T" agent --server "$(cat "$D/server.url")" \
-    --join-token "$(cat "$D/join-token")" --name "$1" --data-dir "$WORK/agents/$1" \
-    --simulated-gpus 2 --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1) &
-  PIDS+=("$!")
-}
-
-wait_until() {  # ID PYTHON-CONDITION-OVER-j SECONDS WHAT
-  for _ in $(seq $(($3 * 5))); do
-    [[ $(job_field "$1" "bool($2)" 2>/dev/null || true) == True ]] && return 0
-    sleep 0.2
-  done
-  fail "job $1: timed out waiting for $4 (state $(job_field "$1" 'j["state"]' 2>/dev/null || echo ?))"
-}
-
 wait_state() {  # ID STATE SECONDS
   wait_until "$1" "j['state'] == '$2'" "$3" "$2"
 }
@@ -62,8 +47,8 @@ submit() {  # FILE -> id
 }
 
 start_server
-start_agent node-0
-start_agent node-1
+start_repo_agent node-0
+start_repo_agent node-1
 wait_nodes 2
 
 case $CASE in

@@ -54,3 +54,19 @@ wait_nodes() {  # N: until N nodes are Ready
 job_field() {  # ID PYTHON-EXPR over j
   "$T" job show "$1" -o json | "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
+
+start_repo_agent() {  # NAME: 2 simulated H100s, from the repository root ($REPO) as
+  # `trainyard up` run there would start it, so job specs' relative paths resolve
+  (cd "$REPO" && exec "$T" agent --server "$(cat "$D/server.url")" \
+    --join-token "$(cat "$D/join-token")" --name "$1" --data-dir "$WORK/agents/$1" \
+    --simulated-gpus 2 --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1) &
+  PIDS+=("$!")
+}
+
+wait_until() {  # ID PYTHON-CONDITION-OVER-j SECONDS WHAT
+  for _ in $(seq $(($3 * 5))); do
+    [[ $(job_field "$1" "bool($2)" 2>/dev/null || true) == True ]] && return 0
+    sleep 0.2
+  done
+  fail "job $1: timed out waiting for $4 (state $(job_field "$1" 'j["state"]' 2>/dev/null || echo ?))"
+}

@@ -20,24 +20,11 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 NODE_TIMEOUT=5s
 source "$(dirname "$0")/lib.sh"
 
-start_agent() {  # NAME: from the repository root, like `trainyard up` run there
-  (cd "$REPO" && exec "$T" agent --server "$(cat "$D/server.url")" \
-    --join-token "$(cat "$D/join-token")" --name "$1" --data-dir "$WORK/agents/$1" \
-    --simulated-gpus 2 --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1) &
-  PIDS+=("$!")
-}
-wait_until() {  # ID PYTHON-CONDITION-OVER-j SECONDS WHAT
-  for _ in $(seq $(($3 * 5))); do
-    [[ $(job_field "$1" "bool($2)" 2>/dev/null || true) == True ]] && return 0
-    sleep 0.2
-  done
-  fail "job $1: timed out waiting for $4 (state $(job_field "$1" 'j["state"]' 2>/dev/null || echo ?))"
-}
 py() { "$PY" -c "$@"; }
 
 start_server
-start_agent node-0
-start_agent node-1
+start_repo_agent node-0
+start_repo_agent node-1
 wait_nodes 2
 URL=$(cat "$D/server.url")
 TOKEN=$(cat "$D/token")
