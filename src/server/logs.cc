@@ -8,28 +8,12 @@
 #include <fstream>
 #include <tuple>
 
+#include "server/files.h"
+
 namespace trainyard::server {
 namespace {
 
 namespace fs = std::filesystem;
-
-int64_t FileSize(const std::string& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  return ec ? 0 : static_cast<int64_t>(size);
-}
-
-Status AppendFile(const std::string& path, std::string_view data) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) return Internal("cannot create the directory of " + path + ": " + ec.message());
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  if (!out) return Internal("cannot open " + path + ": " + std::strerror(errno));
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  out.flush();
-  if (!out) return ResourceExhausted("cannot write " + path + ": " + std::strerror(errno));
-  return Status::Ok();
-}
 
 // A non-negative number making up all of `text` (a directory name, "7" of
 // "rank-7.log"), or -1.

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/names.h"
+#include "server/files.h"
 
 namespace trainyard::server {
 namespace {
@@ -20,12 +21,6 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 constexpr size_t kMaxMessageBytes = 2000;
-
-int64_t FileSize(const std::string& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  return ec ? 0 : static_cast<int64_t>(size);
-}
 
 std::optional<int64_t> Number(std::string_view text) {
   int64_t v = 0;
@@ -121,18 +116,6 @@ Status WriteAtomically(const std::string& path, const std::string& text) {
   }
   fs::rename(tmp, path, ec);
   if (ec) return Internal("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
-Status AppendFile(const std::string& path, std::string_view data) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) return Internal("cannot create the directory of " + path + ": " + ec.message());
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  if (!out) return Internal("cannot open " + path + ": " + std::strerror(errno));
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  out.flush();
-  if (!out) return ResourceExhausted("cannot write " + path + ": " + std::strerror(errno));
   return Status::Ok();
 }
 
