@@ -6,18 +6,16 @@
 #include <cstdio>
 #include <iterator>
 
+#include "monitor/series_math.h"
+
 namespace trainyard::monitor {
 namespace {
 
 using std::chrono::hours;
 
 constexpr Duration kActionWindow = hours(1);
-// zscore_above never divides by less than this, whatever the mean.
-constexpr double kAbsoluteStddevFloor = 1e-12;
 
 bool SameDouble(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
-
-double Seconds(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
 
 Labels AlertLabels(const Rule& rule, const Labels& series) {
   Labels out = series;
@@ -25,64 +23,6 @@ Labels AlertLabels(const Rule& rule, const Labels& series) {
   out["alertname"] = rule.name;
   out["severity"] = std::string(SeverityName(rule.severity));
   return out;
-}
-
-std::string Label(const Labels& labels, const std::string& name) {
-  auto it = labels.find(name);
-  return it == labels.end() ? std::string() : it->second;
-}
-
-// Sum of the counter's increases between consecutive finite samples; a drop is a
-// restart from zero, which counts as the whole new value. Also the time the finite
-// samples span. nullopt with fewer than two finite samples.
-struct Increase {
-  double amount = 0;
-  Duration span{0};
-};
-std::optional<Increase> CounterIncrease(const std::vector<Sample>& samples) {
-  Increase out;
-  std::optional<Sample> first, prev;
-  for (const Sample& s : samples) {
-    if (!std::isfinite(s.value)) continue;
-    if (prev) {
-      out.amount += s.value >= prev->value ? s.value - prev->value : s.value;
-    } else {
-      first = s;
-    }
-    prev = s;
-  }
-  if (!first || prev->time == first->time) return std::nullopt;
-  out.span = prev->time - first->time;
-  return out;
-}
-
-// The latest sample's distance above the mean of those before it, in standard
-// deviations (floored, see rules.h). nullopt without enough finite history.
-std::optional<double> ZScore(const std::vector<Sample>& samples, const Condition& c) {
-  if (samples.empty()) return std::nullopt;
-  const double latest = samples.back().value;
-  if (!std::isfinite(latest)) return std::nullopt;
-  double sum = 0;
-  int n = 0;
-  for (size_t i = 0; i + 1 < samples.size(); ++i) {
-    if (std::isfinite(samples[i].value)) {
-      sum += samples[i].value;
-      ++n;
-    }
-  }
-  if (n < std::max(c.min_points, 1)) return std::nullopt;
-  const double mean = sum / n;
-  double squares = 0;
-  for (size_t i = 0; i + 1 < samples.size(); ++i) {
-    if (std::isfinite(samples[i].value)) {
-      const double d = samples[i].value - mean;
-      squares += d * d;
-    }
-  }
-  const double stddev = std::sqrt(squares / n);
-  const double floor =
-      std::max({c.min_stddev, kRelativeStddevFloor * std::abs(mean), kAbsoluteStddevFloor});
-  return (latest - mean) / std::max(stddev, floor);
 }
 
 }  // namespace
@@ -150,22 +90,7 @@ std::map<Labels, double> Engine::Matches(const Rule& rule, Timestamp now,
   const Duration span = c.kind == ConditionKind::kAbsentFor ? 2 * c.absent_for : c.window;
   const Timestamp from = now - span;
 
-  auto in_window = [&](const Sample& x) { return x.time >= from && x.time <= now; };
-  auto by_time = [](const Sample& a, const Sample& b) { return a.time < b.time; };
-  std::map<Labels, std::vector<Sample>> series;
-  for (Series& s : source.Query(rule.signal, from, now)) {
-    std::vector<Sample>& samples = series[std::move(s.labels)];
-    if (samples.empty() && std::all_of(s.samples.begin(), s.samples.end(), in_window)) {
-      samples = std::move(s.samples);  // the usual case: one series, all in the window
-    } else {
-      std::copy_if(s.samples.begin(), s.samples.end(), std::back_inserter(samples), in_window);
-    }
-  }
-  for (auto& [labels, samples] : series) {
-    if (!std::is_sorted(samples.begin(), samples.end(), by_time)) {
-      std::stable_sort(samples.begin(), samples.end(), by_time);
-    }
-  }
+  const std::map<Labels, std::vector<Sample>> series = ReadSeries(source, rule.signal, from, now);
 
   std::map<Labels, double> out;
   auto match = [&](const Labels& series_labels, double value) {
@@ -216,9 +141,20 @@ std::map<Labels, double> Engine::Matches(const Rule& rule, Timestamp now,
           if (rate > c.threshold) match(labels, rate);
         }
         break;
-      case ConditionKind::kZscoreAbove:
-        if (auto z = ZScore(samples, c); z && *z > c.threshold) match(labels, latest);
+      case ConditionKind::kZscoreAbove: {
+        // Every sample since the last evaluation, each against those before it: points
+        // arrive in batches, and a spike followed by more spiked points in the same
+        // batch would hide behind them if only the latest were scored.
+        size_t first = samples.size() - 1;
+        if (last_evaluated_) {
+          while (first > 0 && samples[first - 1].time > *last_evaluated_) --first;
+        }
+        if (auto z = MaxZScore(samples, first, c.min_points, c.min_stddev);
+            z && z->z > c.threshold) {
+          match(labels, samples[z->index].value);
+        }
         break;
+      }
       case ConditionKind::kAbsentFor:
         break;  // handled above
     }
@@ -368,6 +304,7 @@ Evaluation Engine::Evaluate(Timestamp now, const SignalSource& source) {
     return r == nullptr || r->condition.kind != ConditionKind::kAbsentFor;
   });
   out.alerts = ExportState().alerts;
+  last_evaluated_ = now;
   return out;
 }
 

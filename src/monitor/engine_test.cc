@@ -191,6 +191,28 @@ TEST(EngineTest, ZscoreAgainstTheWindowBeforeTheLatest) {
   EXPECT_EQ(e.alerts[0].value, 1.7);  // the value, not the z-score
 }
 
+TEST(EngineTest, ZscoreScoresEverySampleSinceTheLastEvaluation) {
+  Engine engine(Rules(R"(rules:
+  - {name: Spike, signal: job.grad_norm, condition: {zscore_above: 6, window: 10m, min_points: 50}}
+)"));
+  const Labels job = {{"job_id", "1"}};
+  FakeSource src;
+  for (int i = 0; i < 60; ++i) src.Add("job.grad_norm", job, At(i), (i % 2 == 0) ? 0.9 : 1.1);
+  EXPECT_TRUE(engine.Evaluate(At(60), src).alerts.empty());
+  // One batch brings a spike and more spiked points after it: the latest alone scores
+  // below 6 (the spikes before it lift the mean and the deviation), the first above.
+  for (int i = 61; i <= 64; ++i) src.Add("job.grad_norm", job, At(i), 100.0);
+  Evaluation e = engine.Evaluate(At(64), src);
+  ASSERT_EQ(e.alerts.size(), 1u);
+  EXPECT_EQ(e.alerts[0].value, 100.0);
+  // Samples an earlier evaluation scored are not scored again.
+  Engine fresh(Rules(R"(rules:
+  - {name: Spike, signal: job.grad_norm, condition: {zscore_above: 6, window: 10m, min_points: 50}}
+)"));
+  EXPECT_TRUE(fresh.Evaluate(At(64), src).alerts.empty());  // first evaluation: latest only
+  EXPECT_TRUE(fresh.Evaluate(At(65), src).alerts.empty());  // nothing new since
+}
+
 TEST(EngineTest, ZscoreFloorsTheStddevOfAFlatSeries) {
   Engine engine(Rules(R"(rules:
   - {name: Spike, signal: job.loss, condition: {zscore_above: 6, window: 10m, min_points: 10}}

@@ -40,6 +40,9 @@ const std::vector<SignalInfo>& SignalTable() {
         {"job.step_time_s", J, false, job, "seconds",
          "seconds per training step (median over the job's ranks)"},
         {"job.tokens_per_s", J, false, job, "tokens/s", "training throughput of the whole job"},
+        {"job.data_wait_s", J, false, job, "seconds",
+         "seconds per step the job's ranks waited for input data (median over ranks), as the "
+         "job logs it (data_wait_s)"},
         {"job.mfu", J, false, job, "ratio",
          "model FLOPs utilisation (0-1) of the job, from its tokens/s and model size "
          "(docs/runs.md); a drop means the GPUs do less useful work"},

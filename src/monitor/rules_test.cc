@@ -130,10 +130,11 @@ TEST(RulesTest, UnknownSignalListsTheKnownOnes) {
       std::vector<std::string>{
           "r.yaml:3: R.signal: unknown signal \"job.gradnorm\"; did you mean job.grad_norm? "
           "Known signals: job.loss, job.grad_norm, job.lr, job.step_time_s, job.tokens_per_s, "
-          "job.mfu, job.gpu_util, job.rank_step_time_ratio, job.checkpoint_age_ratio, "
-          "job.checkpoint_write_s, job.progress_age_s, job.pending_ratio, gpu.util, gpu.temp_c, "
-          "gpu.throttled, gpu.xid_count, gpu.ecc_uncorrectable, link.errors, link.down, "
-          "node.heartbeat_age_s, node.disk_free_ratio"});
+          "job.data_wait_s, job.mfu, job.gpu_util, job.rank_step_time_ratio, "
+          "job.checkpoint_age_ratio, job.checkpoint_write_s, job.progress_age_s, "
+          "job.pending_ratio, gpu.util, gpu.temp_c, gpu.throttled, gpu.xid_count, "
+          "gpu.ecc_uncorrectable, link.errors, link.down, node.heartbeat_age_s, "
+          "node.disk_free_ratio"});
 }
 
 TEST(RulesTest, FieldErrorsNameFileLineRuleFieldValueAndFix) {
@@ -235,8 +236,8 @@ TEST(RulesTest, FieldErrorsNameFileLineRuleFieldValueAndFix) {
        "r.yaml:5: R.enabled: must be true or false, got \"maybe\""},
       {"    condition: {nan: true}\n",
        "r.yaml:2: R.signal: is required: the signal the rule watches, one of job.loss, "
-       "job.grad_norm, job.lr, job.step_time_s, job.tokens_per_s, job.mfu, job.gpu_util, "
-       "job.rank_step_time_ratio, job.checkpoint_age_ratio, job.checkpoint_write_s, "
+       "job.grad_norm, job.lr, job.step_time_s, job.tokens_per_s, job.data_wait_s, job.mfu, "
+       "job.gpu_util, job.rank_step_time_ratio, job.checkpoint_age_ratio, job.checkpoint_write_s, "
        "job.progress_age_s, job.pending_ratio, gpu.util, gpu.temp_c, gpu.throttled, "
        "gpu.xid_count, gpu.ecc_uncorrectable, link.errors, link.down, node.heartbeat_age_s, "
        "node.disk_free_ratio"},
@@ -399,6 +400,45 @@ TEST(RulesTest, DocsTableMatchesTheDefaultRules) {
     EXPECT_EQ(c[6], ActionKindName(r.action)) << r.name;
   }
 }
+
+// docs/alerts.md's table of signals lists every signal, in the table's order, with its
+// labels and unit.
+TEST(RulesTest, DocsTableListsEverySignal) {
+  std::ifstream in(std::string(TRAINYARD_SOURCE_DIR) + "/docs/alerts.md");
+  ASSERT_TRUE(in) << "docs/alerts.md";
+  std::string line;
+  bool in_table = false;
+  std::vector<std::string> names, labels, units;
+  while (std::getline(in, line)) {
+    if (line == "## Signals") in_table = true;
+    if (!in_table || !line.starts_with("| `")) {
+      if (in_table && !names.empty() && !line.starts_with("|")) break;  // past the table
+      continue;
+    }
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(2));
+    for (std::string cell; std::getline(ss, cell, '|');) {
+      while (!cell.empty() && cell.back() == ' ') cell.pop_back();
+      while (!cell.empty() && cell.front() == ' ') cell.erase(0, 1);
+      cells.push_back(cell);
+    }
+    ASSERT_GE(cells.size(), 3u) << line;
+    names.push_back(cells[0].substr(1, cells[0].size() - 2));  // inside the backquotes
+    labels.push_back(cells[1]);
+    units.push_back(cells[2]);
+  }
+  std::vector<std::string> want_names, want_labels, want_units;
+  for (const SignalInfo& s : Signals()) {
+    want_names.emplace_back(s.name);
+    std::string l;
+    for (std::string_view label : s.labels) l += (l.empty() ? "" : ", ") + std::string(label);
+    want_labels.push_back(l);
+    want_units.emplace_back(s.unit);
+  }
+  EXPECT_EQ(names, want_names);
+  EXPECT_EQ(labels, want_labels);
+  EXPECT_EQ(units, want_units);
+}
 #endif
 
 TEST(RulesTest, UserRulesReplaceDisableAndAdd) {
@@ -484,7 +524,7 @@ TEST(RulesTest, SignalTable) {
     EXPECT_EQ(s.scope == SignalScope::kJob, s.name.starts_with("job.")) << s.name;
     EXPECT_EQ(FindSignal(s.name), &s);
   }
-  EXPECT_EQ(names.size(), 21u);  // 12 job signals, 9 GPU, link and node ones
+  EXPECT_EQ(names.size(), 22u);  // 13 job signals, 9 GPU, link and node ones
   EXPECT_EQ(FindSignal("job.nope"), nullptr);
   EXPECT_TRUE(SignalNamesNode(*FindSignal("job.rank_step_time_ratio")));
   EXPECT_FALSE(SignalNamesNode(*FindSignal("job.loss")));
