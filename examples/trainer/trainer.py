@@ -11,7 +11,12 @@ warmup and a cosine learning-rate decay, and does everything a Trainyard job sho
   waits until it is durable and exits with status 75 (trainyard.EXIT_PREEMPTED);
 - resumes from TRAINYARD_RESUME_FROM (or the checkpoint directory's `latest`) with the
   same step counter; the batch of each step is drawn from (seed, step, rank), so a
-  resumed run computes exactly the losses an uninterrupted one would.
+  resumed run computes exactly the losses an uninterrupted one would;
+- saves a checkpoint at once when Trainyard asks (trainyard.checkpoint_requested());
+- plays along with injected faults (trainyard.faults(), docs/faults.md): it stops
+  stepping while hung, waits data_stall_s for each batch, takes slow_factor times as
+  long per step, and logs a NaN loss or a 100x gradient norm when told to (the model
+  itself is never harmed, so clearing the fault leaves the run as it was).
 
 With WORLD_SIZE > 1 each rank draws its own shard of every global batch. There is no
 real communication: each rank also draws the other ranks' shards (the data is
@@ -47,6 +52,8 @@ except ImportError:  # run from a checkout without PYTHONPATH: use the SDK next 
 INPUTS = 8
 HIDDEN = 16
 NOISE = 0.05
+HANG_POLL_S = 0.2  # how often a hung loop looks for the end of the hang (or a preemption)
+GRAD_SPIKE_FACTOR = 100.0  # the logged gradient norm under a grad-spike fault
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -228,37 +235,67 @@ def main(argv: list[str] | None = None) -> int:
             checkpointer.save(step, {"step": step, "model": model.to_state()})
 
     last_saved = start
+
+    def preempted(step: int) -> int:
+        """Saves the state after `step` (unless saved), waits for it, returns 75."""
+        if last_saved != step:
+            save(step)
+        checkpointer.wait()
+        trainyard.flush()
+        print(f"rank {rank}: preempted at step {step}; checkpoint saved, exiting "
+              f"with {trainyard.EXIT_PREEMPTED}", flush=True)
+        return trainyard.EXIT_PREEMPTED
+
     for step in range(start + 1, args.steps + 1):
         if step == args.fail_at_step:
             raise RuntimeError(f"simulated failure at step {step} (--fail-at-step)")
+        effects = trainyard.faults()
+        if effects["hang"]:
+            # A hung GPU: no progress, though a preemption notice still gets through.
+            print(f"rank {rank}: hung before step {step} (injected fault)", flush=True)
+            while effects["hang"]:
+                if trainyard.preemption_requested():
+                    return preempted(step - 1)
+                time.sleep(HANG_POLL_S)
+                effects = trainyard.faults()
+            print(f"rank {rank}: no longer hung", flush=True)
         t0 = time.perf_counter()
         lr = learning_rate(step, args)
+        # "Fetching the batch": a starved input pipeline makes the GPUs wait here.
+        if effects["data_stall_s"] > 0:
+            time.sleep(effects["data_stall_s"])
+        batches = [shard(args.seed, step, r, args.batch_size, teacher) for r in range(world)]
+        data_wait = time.perf_counter() - t0
+        t_compute = time.perf_counter()
         # Every rank computes every shard's gradient: a simulated all-reduce.
-        results = [loss_and_gradients(model, shard(args.seed, step, r, args.batch_size,
-                                                   teacher)) for r in range(world)]
+        results = [loss_and_gradients(model, batch) for batch in batches]
         loss = sum(l for l, _ in results) / world
         grad = average([g for _, g in results])
         grad_norm = norm(grad)
         sgd_update(model, grad, lr)
-        if args.step_time > 0:
-            time.sleep(args.step_time)
+        # A slow GPU (or link) stretches the step's work, the pretend GPU time included.
+        slow = effects["slow_factor"]
+        extra = (slow - 1.0) * (time.perf_counter() - t_compute) if slow > 1.0 else 0.0
+        if args.step_time > 0 or extra > 0:
+            time.sleep(args.step_time * slow + extra)
         step_time = time.perf_counter() - t0
-        trainyard.log(step=step, loss=loss, grad_norm=grad_norm, lr=lr,
-                      step_time_s=step_time,
+        # Injected training faults change what is logged, never the model.
+        logged_loss = float("nan") if effects["loss_nan"] else loss
+        logged_grad_norm = grad_norm * GRAD_SPIKE_FACTOR if effects["grad_spike"] else grad_norm
+        trainyard.log(step=step, loss=logged_loss, grad_norm=logged_grad_norm, lr=lr,
+                      step_time_s=step_time, data_wait_s=data_wait,
                       tokens_per_s=args.batch_size * args.tokens_per_sample / step_time)
-        print(f"rank {rank} step {step}/{args.steps} loss {loss:.6f} lr {lr:.5f} "
-              f"grad_norm {grad_norm:.4f}", flush=True)
+        print(f"rank {rank} step {step}/{args.steps} loss {logged_loss:.6f} lr {lr:.5f} "
+              f"grad_norm {logged_grad_norm:.4f}", flush=True)
         if args.checkpoint_every and step % args.checkpoint_every == 0:
             save(step)
             last_saved = step
+        if trainyard.checkpoint_requested() and last_saved != step:
+            print(f"rank {rank}: checkpoint requested at step {step}", flush=True)
+            save(step)
+            last_saved = step
         if trainyard.preemption_requested():
-            if last_saved != step:
-                save(step)
-            checkpointer.wait()
-            trainyard.flush()
-            print(f"rank {rank}: preempted at step {step}; checkpoint saved, exiting "
-                  f"with {trainyard.EXIT_PREEMPTED}", flush=True)
-            return trainyard.EXIT_PREEMPTED
+            return preempted(step)
     if last_saved != args.steps and start < args.steps:
         save(args.steps)
     checkpointer.wait()

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -43,6 +44,34 @@ std::string RankPath(const std::string& data_dir, const char* kind, const StartT
 }
 
 bool IsPermanentRefusal(int status) { return status == 400 || status == 401 || status == 403; }
+
+// The name of a task's own files in a per-node directory: its id when that is a plain
+// name (it always is: "<job>.<attempt>.<rank>"), else that form from its numbers.
+std::string TaskFileName(const StartTask& t) {
+  const bool plain = !t.task_id.empty() && t.task_id.size() <= 128 && t.task_id.front() != '.' &&
+                     t.task_id.find_first_not_of(
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                         "abcdefghijklmnopqrstuvwxyz0123456789._-") == std::string::npos;
+  if (plain) return t.task_id;
+  return std::to_string(t.job_id) + "." + std::to_string(t.attempt) + "." + std::to_string(t.rank);
+}
+
+// The disks report at most this many file systems.
+constexpr size_t kMaxDisks = 16;
+
+std::string FaultList(const std::vector<Fault>& faults) {
+  std::string out;
+  for (const Fault& f : faults) {
+    if (!out.empty()) out += ", ";
+    out += f.id + " " + std::string(FaultKindName(f.kind));
+    if (f.kind == FaultKind::kCommSlow) {
+      out += " job " + std::to_string(f.job_id);
+    } else if (!f.node_wide()) {
+      out += " gpu " + std::to_string(f.gpu);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -134,6 +163,15 @@ Status Agent::Run() {
   if (!devices.ok()) return devices.status();
   devices_ = *devices;
   std::filesystem::create_directories(options_.data_dir);
+  if (!options_.health_check.empty()) {
+    health_checker_ = std::make_unique<HealthChecker>(
+        HealthCheckOptions{options_.health_check, options_.node_name, options_.health_check_timeout,
+                           [this] { return Now(); }});
+    // The node registers once this first check has said how it is.
+    health_checker_->Request("join");
+    next_health_check_ = Now() + options_.health_check_interval;
+    Log("health check " + options_.health_check + ": running it before registering");
+  }
   std::thread poller([this] { PollLoop(); });
 
   Status result = Status::Ok();
@@ -147,11 +185,14 @@ Status Agent::Run() {
       std::lock_guard lock(mu_);
       registered = registered_;
     }
-    if (!registered && Now() >= next_attempt_) {
+    TickHealthCheck();
+    const bool join_checked = !health_checker_ || last_health_.has_value();
+    if (!registered && join_checked && Now() >= next_attempt_) {
       result = Register();
       if (!result.ok()) break;
     }
     ApplyCommands();
+    UpdateFaults();
     bool changed = TickTasks();
     // Ship the last bytes of a task that just exited before its exit is reported.
     Ship(changed);
@@ -216,6 +257,7 @@ Status Agent::Run() {
     cv_.wait_for(lock, milliseconds(20), [this] { return poll_done_; });
   }
   poller.join();
+  health_checker_.reset();  // kills a check under way
   return result;
 }
 
@@ -236,6 +278,7 @@ Status Agent::Register() {
                   {"nvlink_domain",
                    options_.nvlink_domain.empty() ? options_.node_name : options_.nvlink_domain},
                   {"simulated", gpus_->simulated()}};
+  if (json check = HealthCheckJson(); !check.is_null()) body["health_check"] = check;
   {
     std::lock_guard lock(mu_);
     body["tasks"] = TaskList(/*unacked_only=*/true);
@@ -298,9 +341,18 @@ void Agent::Heartbeat() {
   }
   body["health"] = health;
   body["gpus"] = gpus;
+  if (auto links = gpus_->SampleLinks(); !links.empty()) {
+    body["links"] = json::array();
+    for (const auto& l : links) body["links"].push_back(ToJson(l));
+  }
+  body["disks"] = Disks();
+  if (json check = HealthCheckJson(); !check.is_null()) body["health_check"] = check;
   {
     std::lock_guard lock(mu_);
     body["tasks"] = TaskList(/*unacked_only=*/true);
+    json ids = json::array();
+    for (const Fault& f : faults_) ids.push_back(f.id);
+    body["faults"] = ids;
   }
   HttpReply reply = Post(*client_, "/api/v1/agent/heartbeat", body);
   std::lock_guard lock(mu_);
@@ -346,10 +398,29 @@ void Agent::ApplyCommands() {
       StartTask(c.start);
       continue;
     }
+    if (c.kind == Command::Kind::kFaults) {
+      if (c.faults != faults_) {
+        Log(c.faults.empty() ? std::string("faults: none active")
+                             : "faults: active " + FaultList(c.faults));
+        faults_ = std::move(c.faults);
+        faults_changed_ = true;
+      }
+      continue;
+    }
     auto it = tasks_.find(c.task_id);
     if (it == tasks_.end() || !it->second.process) continue;  // unknown: ignored
     Task& t = it->second;
-    if (c.kind == Command::Kind::kProfile) {
+    if (c.kind == Command::Kind::kCheckpoint) {
+      if (t.process->exited() || t.process->stopping()) continue;  // it can no longer answer
+      const int64_t id = ++checkpoint_requests_;
+      if (Status s = WriteFileAtomically(t.checkpoint_request_file, std::to_string(id) + "\n");
+          !s.ok()) {
+        Log("task " + t.status.task_id + ": checkpoint request: " + s.message());
+      } else {
+        Log("task " + t.status.task_id + ": checkpoint requested (request " + std::to_string(id) +
+            ")");
+      }
+    } else if (c.kind == Command::Kind::kProfile) {
       if (t.process->exited() || t.process->stopping()) continue;  // it can no longer answer
       t.profile_ids.insert(c.profile_id);
       if (Status s = WriteProfileRequest(t.profile_file, c.profile_id, c.steps, t.profile_dir);
@@ -405,6 +476,30 @@ void Agent::StartTask(const agent::StartTask& spec) {
       std::filesystem::absolute(RankPath(options_.data_dir, "profiles", spec, ""), abs_ec).string();
   launch.env["TRAINYARD_PROFILE_FILE"] = t.profile_file;
   launch.env["TRAINYARD_PROFILE_DIR"] = t.profile_dir;
+  // Ours too: the agent writes them, the SDK reads them (docs/faults.md).
+  const std::string file_name = TaskFileName(spec);
+  t.fault_file =
+      std::filesystem::absolute(options_.data_dir + "/faults/" + file_name + ".json", abs_ec)
+          .string();
+  t.checkpoint_request_file =
+      std::filesystem::absolute(options_.data_dir + "/checkpoint-requests/" + file_name, abs_ec)
+          .string();
+  launch.env["TRAINYARD_FAULT_FILE"] = t.fault_file;
+  launch.env["TRAINYARD_CHECKPOINT_REQUEST_FILE"] = t.checkpoint_request_file;
+  // A file left by an earlier agent must not speak for this task.
+  std::error_code rm_ec;
+  std::filesystem::remove(t.fault_file, rm_ec);
+  std::filesystem::remove(t.checkpoint_request_file, rm_ec);
+  if (auto dir = launch.env.find("TRAINYARD_CHECKPOINT_DIR");
+      dir != launch.env.end() && !dir->second.empty()) {
+    std::filesystem::path p(dir->second);
+    if (p.is_relative()) {
+      p = (spec.workdir.empty() ? std::filesystem::current_path(abs_ec)
+                                : std::filesystem::path(spec.workdir)) /
+          p;
+    }
+    t.checkpoint_dir = p.lexically_normal().string();
+  }
   launch.env["TRAINYARD_TASK_ID"] = spec.task_id;
   if (launch.env.count("CUDA_VISIBLE_DEVICES") == 0 && !spec.gpus.empty()) {
     std::string list;
@@ -460,10 +555,13 @@ bool Agent::TickTasks() {
   std::lock_guard lock(mu_);
   Timestamp now = Now();
   bool changed = next_heartbeat_ == Timestamp{};
+  bool failed = false;
   std::set<int> busy;
   for (auto& [id, t] : tasks_) {
     if (!t.process) continue;
     bool was_running = t.status.state == TaskState::kRunning;
+    // Before Tick: a stop whose SIGKILL Tick sends is still the agent's doing.
+    const bool stopped_by_us = t.process->stopping() || t.orphan;
     t.process->Tick(now);
     if (was_running && t.process->exited()) {
       t.status.state = TaskState::kExited;
@@ -474,11 +572,120 @@ bool Agent::TickTasks() {
       Log("task " + id + ": exited " +
           (t.status.signal != 0 ? "on signal " + std::to_string(t.status.signal)
                                 : "with code " + std::to_string(t.status.exit_code)));
+      // A task that failed by itself may have met a sick node; one the agent stopped
+      // (stop, preempt, drain) says nothing about it.
+      if ((t.status.exit_code != 0 || t.status.signal != 0) && !stopped_by_us && !stopping_) {
+        failed = true;
+      }
     }
     if (t.status.state == TaskState::kRunning) busy.insert(t.spec.gpus.begin(), t.spec.gpus.end());
   }
   gpus_->SetBusyGpus(busy);
+  if (failed && health_checker_) health_checker_->Request("task-failed");
   return changed;
+}
+
+void Agent::UpdateFaults() {
+  std::lock_guard lock(mu_);
+  const int64_t now_ms = ToMs(Now());
+  for (auto it = faults_.begin(); it != faults_.end();) {
+    if (it->until_ms != 0 && it->until_ms <= now_ms) {
+      Log("fault " + it->id + " (" + std::string(FaultKindName(it->kind)) + ") ended");
+      it = faults_.erase(it);
+      faults_changed_ = true;
+    } else {
+      ++it;
+    }
+  }
+  if (faults_changed_) {
+    faults_changed_ = false;
+    gpus_->ApplyFaults(faults_);
+    for (const Fault& f : faults_) {
+      if (!f.node_wide() && f.gpu >= static_cast<int>(devices_.size()) && !devices_.empty()) {
+        Log("fault " + f.id + ": node " + options_.node_name + " has no GPU " +
+            std::to_string(f.gpu) + " (it has " + std::to_string(devices_.size()) +
+            "); the fault touches nothing");
+      }
+    }
+    next_heartbeat_ = Timestamp{};  // tell the server at once which faults are active
+  }
+
+  std::vector<TaskPlacement> placements;
+  std::vector<Task*> running;
+  for (auto& [id, t] : tasks_) {
+    if (t.orphan || !t.process || t.status.state != TaskState::kRunning) continue;
+    placements.push_back({id, t.spec.job_id, t.spec.rank, t.spec.gpus});
+    running.push_back(&t);
+  }
+  const std::vector<FaultEffects> effects = EffectsOnTasks(faults_, placements);
+  for (size_t i = 0; i < running.size(); ++i) {
+    Task& t = *running[i];
+    if (effects[i] == t.fault_effects) continue;
+    t.fault_effects = effects[i];
+    if (Status s = WriteFileAtomically(t.fault_file, ToJson(effects[i]).dump() + "\n"); !s.ok()) {
+      Log("task " + t.status.task_id + ": fault file: " + s.message());
+    }
+  }
+}
+
+void Agent::TickHealthCheck() {
+  if (!health_checker_) return;
+  const Timestamp now = Now();
+  if (last_health_ && now >= next_health_check_) {
+    health_checker_->Request("periodic");
+    next_health_check_ = now + options_.health_check_interval;
+  }
+  const int64_t runs = health_checker_->runs();
+  if (runs == health_runs_seen_) return;
+  health_runs_seen_ = runs;
+  std::optional<HealthCheckResult> result = health_checker_->Latest();
+  if (!result) return;
+  const bool news =
+      !last_health_ || last_health_->ok != result->ok || last_health_->output != result->output;
+  last_health_ = result;
+  if (!news) return;
+  Log("health check (" + result->trigger + "): " + (result->ok ? "ok" : "FAILED") +
+      (result->output.empty() ? "" : ": " + result->output));
+  std::lock_guard lock(mu_);
+  next_heartbeat_ = Timestamp{};  // the server hears of a change at once
+}
+
+json Agent::HealthCheckJson() const {
+  if (!last_health_) return nullptr;
+  return {{"ok", last_health_->ok},
+          {"output", last_health_->output},
+          {"at_ms", ToMs(last_health_->at)},
+          {"trigger", last_health_->trigger}};
+}
+
+json Agent::Disks() {
+  std::vector<std::string> wanted = {options_.data_dir};
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, t] : tasks_) {
+      if (t.status.state == TaskState::kRunning && !t.checkpoint_dir.empty()) {
+        wanted.push_back(t.checkpoint_dir);
+      }
+    }
+  }
+  json disks = json::array();
+  std::set<std::string> seen;
+  for (const std::string& path : wanted) {
+    if (seen.size() >= kMaxDisks) break;
+    // A checkpoint dir not created yet: the file system it will be created on.
+    std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+    std::error_code ec;
+    while (!std::filesystem::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
+    const std::string at = p.string();
+    if (!seen.insert(at).second) continue;
+    struct statvfs st {};
+    if (statvfs(at.c_str(), &st) != 0) continue;
+    disks.push_back(
+        {{"path", at},
+         {"free_bytes", static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize)},
+         {"total_bytes", static_cast<int64_t>(st.f_blocks) * static_cast<int64_t>(st.f_frsize)}});
+  }
+  return disks;
 }
 
 void Agent::Ship(bool force) {
@@ -707,6 +914,9 @@ void Agent::ForgetFinished() {
     const Task& t = it->second;
     bool gone = !t.process || t.process->exited();
     if ((t.acked && t.drained) || (t.orphan && gone)) {
+      std::error_code ec;
+      std::filesystem::remove(t.fault_file, ec);
+      std::filesystem::remove(t.checkpoint_request_file, ec);
       it = tasks_.erase(it);
     } else {
       ++it;

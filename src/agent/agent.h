@@ -12,6 +12,15 @@
 // node: the agent registers again with every task it still knows, then kills those the
 // server lists in `stop`.
 //
+// Faults the server injects (a `faults` command: the complete set active on the node)
+// go to the GPU backend, whose telemetry shows them where it can fake it, and to each
+// task they touch through its TRAINYARD_FAULT_FILE (docs/faults.md); the agent drops a
+// fault whose until_ms has passed by itself. A `checkpoint` command writes a new request
+// id into the task's TRAINYARD_CHECKPOINT_REQUEST_FILE. With a health-check program
+// (health_check.h) the agent runs it before it first registers, every
+// health_check_interval and after a task fails, and heartbeats at once when the result
+// changes.
+//
 // Shutdown() (from any thread) ends Run(): running tasks get SIGTERM and, after
 // stop_grace, SIGKILL (as a node drain would), a last heartbeat reports their exits,
 // and Run() returns.
@@ -33,7 +42,9 @@
 #include <thread>
 #include <vector>
 
+#include "agent/faults.h"
 #include "agent/gpu.h"
+#include "agent/health_check.h"
 #include "agent/launcher.h"
 #include "agent/protocol.h"
 #include "core/status.h"
@@ -52,7 +63,9 @@ struct AgentOptions {
   std::string ca_cert;
   std::string join_token;
   std::string node_name;
-  std::string data_dir;  // logs/, metrics/, preempt/, profile-requests/, profiles/ live here
+  // logs/, metrics/, preempt/, profile-requests/, profiles/, faults/ and
+  // checkpoint-requests/ live here.
+  std::string data_dir;
   // Directories (absolute) a task's working_dir, TRAINYARD_CHECKPOINT_DIR and
   // TRAINYARD_RESUME_FROM must lie in once symlinks are resolved (--allowed-dirs);
   // empty: anywhere. A task outside
@@ -72,7 +85,12 @@ struct AgentOptions {
   Duration stop_grace = std::chrono::seconds(10);  // for the tasks, on Shutdown
   // Said in every heartbeat's health message, e.g. why there are no GPUs.
   std::string health_note;
-  // The wall clock; tests may replace it.
+  // The node health check (health_check.h): an executable, absolute; empty: none.
+  std::string health_check;
+  Duration health_check_interval = std::chrono::minutes(5);
+  Duration health_check_timeout = std::chrono::seconds(60);
+  // The wall clock; tests may replace it. Called from the agent's threads (the loop, the
+  // health-check thread), so a replacement must be thread-safe.
   std::function<Timestamp()> now;
   // Where the agent says what it does (a line at a time, no newline); default: nowhere.
   std::function<void(const std::string&)> log;
@@ -112,8 +130,12 @@ class Agent {
     std::string log_path;
     std::string metrics_path;
     std::string preempt_path;
-    std::string profile_file;  // TRAINYARD_PROFILE_FILE: the request the SDK watches
-    std::string profile_dir;   // TRAINYARD_PROFILE_DIR: where it writes traces
+    std::string profile_file;             // TRAINYARD_PROFILE_FILE: the request the SDK watches
+    std::string profile_dir;              // TRAINYARD_PROFILE_DIR: where it writes traces
+    std::string fault_file;               // TRAINYARD_FAULT_FILE: the faults' effects on it
+    std::string checkpoint_request_file;  // TRAINYARD_CHECKPOINT_REQUEST_FILE
+    std::string checkpoint_dir;           // TRAINYARD_CHECKPOINT_DIR, absolute; empty: none
+    FaultEffects fault_effects;           // as last written to fault_file (none: no effect)
     int64_t log_offset = 0;
     int64_t metrics_offset = 0;
     std::set<std::string> profile_ids;          // profiles asked of this task
@@ -139,7 +161,16 @@ class Agent {
   void Heartbeat();
   void ApplyCommands();
   void StartTask(const StartTask& spec);
+  // Drops expired faults; hands a changed fault set to the GPU backend; rewrites the
+  // fault files whose effects changed.
+  void UpdateFaults();
   bool TickTasks();  // returns true when a task changed state
+  // Starts periodic health checks when due; notices a new result (a changed one makes
+  // the next heartbeat go at once). Main loop only.
+  void TickHealthCheck();
+  // Free and total space of the data dir and the running tasks' checkpoint dirs.
+  nlohmann::json Disks();
+  nlohmann::json HealthCheckJson() const;  // null when there is no result (yet)
   void Ship(bool force);
   // Takes the profile records among `lines` of the task's metrics file. REQUIRES: mu_ held.
   void TakeProfileRecordsLocked(Task& t, const std::vector<nlohmann::json>& lines);
@@ -160,6 +191,9 @@ class Agent {
   std::condition_variable cv_;
   std::map<std::string, Task> tasks_;  // GUARDED_BY(mu_)
   std::deque<Command> commands_;       // GUARDED_BY(mu_)
+  std::vector<Fault> faults_;          // GUARDED_BY(mu_): active on this node
+  bool faults_changed_ = false;        // GUARDED_BY(mu_): not yet given to the backend
+  int64_t checkpoint_requests_ = 0;    // GUARDED_BY(mu_)
   bool stopping_ = false;              // GUARDED_BY(mu_)
   bool registered_ = false;            // GUARDED_BY(mu_)
   bool poll_done_ = false;             // GUARDED_BY(mu_)
@@ -172,6 +206,10 @@ class Agent {
   Timestamp next_heartbeat_{};
   Timestamp next_ship_{};
   bool unreachable_logged_ = false;
+  std::unique_ptr<HealthChecker> health_checker_;  // during Run, when configured
+  Timestamp next_health_check_{};
+  int64_t health_runs_seen_ = 0;
+  std::optional<HealthCheckResult> last_health_;
 };
 
 }  // namespace trainyard::agent

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -308,6 +309,36 @@ class AgentTest : public ::testing::Test {
               {"gpus", {1}}}}};
   }
   void Go() { std::ofstream(dir_ / "go") << ""; }
+  // The agent's clock: the wall clock, moved on by Advance() (for fault ends and
+  // health-check intervals, so that no test waits for them).
+  std::function<Timestamp()> Clock() {
+    return [this] {
+      return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()) +
+             Duration(offset_ms_.load());
+    };
+  }
+  void Advance(Duration d) { offset_ms_ += d.count(); }
+  int64_t NowMs() { return ToMs(Clock()()); }
+  // An executable shell script in the test's directory.
+  std::string Script(const std::string& name, const std::string& body) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(path, fs::perms::owner_all);
+    return path;
+  }
+  static std::string ReadFile(const fs::path& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  json FaultFile(const std::string& task_id) {
+    std::ifstream in(dir_ / "data" / "faults" / (task_id + ".json"));
+    return json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  // The latest heartbeat, {} before the first.
+  json LastBeat() {
+    auto hb = server_.heartbeats();
+    return hb.empty() ? json::object() : hb.back();
+  }
   bool Known(const std::string& id) {
     for (const auto& t : agent_->Tasks()) {
       if (t.task_id == id) return true;
@@ -320,6 +351,7 @@ class AgentTest : public ::testing::Test {
   std::unique_ptr<Agent> agent_;
   std::thread thread_;
   Status result_;
+  std::atomic<int64_t> offset_ms_{0};
 };
 
 TEST_F(AgentTest, RegistersRunsATaskReportsItsExitAndShipsItsOutput) {
@@ -522,6 +554,216 @@ TEST_F(AgentTest, StopCommandEndsTheTask) {
   server_.Push({{"kind", "stop"}, {"task_id", "5.1.0"}, {"grace_ms", 5000}});
   ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
   EXPECT_EQ(server_.task("5.1.0")["signal"], SIGTERM);
+}
+
+json Effects(double slow_factor, bool hang = false, double data_stall_s = 0.0,
+             bool loss_nan = false, bool grad_spike = false) {
+  return {{"slow_factor", slow_factor},
+          {"hang", hang},
+          {"data_stall_s", data_stall_s},
+          {"loss_nan", loss_nan},
+          {"grad_spike", grad_spike}};
+}
+
+TEST_F(AgentTest, FaultsReachTelemetryHeartbeatsAndTheTasksTheyTouch) {
+  AgentOptions o = Options();
+  o.now = Clock();
+  StartAgent(o);
+  // 5.1.0 of job 5 on GPU 1; 6.1.0 of job 6 on GPU 0.
+  json a = StartCommand("5.1.0");
+  a["task"]["argv"][2] =
+      "echo \"faults=$TRAINYARD_FAULT_FILE\"; " + a["task"]["argv"][2].get<std::string>();
+  json b = StartCommand("6.1.0");
+  b["task"]["job_id"] = 6;
+  b["task"]["gpus"] = {0};
+  server_.Push(a);
+  server_.Push(b);
+  ASSERT_TRUE(WaitUntil([&] {
+    return server_.task("5.1.0").value("state", "") == "running" &&
+           server_.task("6.1.0").value("state", "") == "running";
+  }));
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat().contains("links"); }));
+  EXPECT_EQ(LastBeat()["faults"], json::array());
+  EXPECT_EQ(LastBeat()["links"],
+            json::parse(R"([{"name": "ib0", "kind": "ib", "up": true, "errors": 0},
+                            {"name": "nvlink0", "kind": "nvlink", "up": true, "errors": 0}])"));
+  EXPECT_FALSE(fs::exists(dir_ / "data" / "faults" / "5.1.0.json")) << "no faults, no file";
+
+  json faults = {{"kind", "faults"},
+                 {"faults",
+                  {{{"id", "f-1"}, {"kind", "slow"}, {"gpu", 1}, {"until_ms", 0}, {"job_id", 0}},
+                   {{"id", "f-2"}, {"kind", "xid"}, {"gpu", 0}},
+                   {{"id", "f-3"}, {"kind", "comm-slow"}, {"gpu", -1}, {"job_id", 6}},
+                   {{"id", "f-4"}, {"kind", "grad-spike"}, {"gpu", 0}},
+                   {{"id", "f-5"}, {"kind", "link-down"}, {"gpu", -1}}}}};
+  server_.Push(faults);
+  ASSERT_TRUE(WaitUntil([&] {
+    return LastBeat()["faults"] == json({"f-1", "f-2", "f-3", "f-4", "f-5"});
+  }));
+  json beat = LastBeat();
+  EXPECT_EQ(beat["gpus"][0]["xid_count"], 1);
+  EXPECT_EQ(beat["gpus"][0]["xid_last"], 79);
+  EXPECT_EQ(beat["gpus"][1]["xid_count"], 0);
+  EXPECT_GE(beat["gpus"][1]["util_pct"].get<double>(), 55.0);
+  EXPECT_LE(beat["gpus"][1]["util_pct"].get<double>(), 65.0);
+  EXPECT_EQ(beat["links"][0]["up"], false);
+  EXPECT_GE(beat["links"][0]["errors"].get<int>(), 1);
+  EXPECT_EQ(beat["links"][1]["up"], true);
+  // Slow (3x) on GPU 1 beats link-down (2.5x); job 6 has comm-slow and link-down (2.5x)
+  // and the grad spike of its GPU 0.
+  ASSERT_TRUE(WaitUntil([&] { return !FaultFile("5.1.0").is_discarded(); }));
+  EXPECT_EQ(FaultFile("5.1.0"), Effects(3.0));
+  ASSERT_TRUE(WaitUntil([&] { return !FaultFile("6.1.0").is_discarded(); }));
+  EXPECT_EQ(FaultFile("6.1.0"), Effects(2.5, false, 0.0, false, true));
+  EXPECT_TRUE(WaitUntil([&] {
+    return server_.log("5.1.0").find(
+               "faults=" + (dir_ / "data" / "faults" / "5.1.0.json").string()) != std::string::npos;
+  })) << server_.log("5.1.0");
+
+  // Resent (the server repeats the set): the XID is not counted again. Errors of the
+  // downed link keep counting, one per heartbeat.
+  const int64_t errors = LastBeat()["links"][0]["errors"];
+  server_.Push(faults);
+  const size_t beats = server_.heartbeats().size();
+  ASSERT_TRUE(WaitUntil([&] { return server_.heartbeats().size() > beats + 3; }));
+  EXPECT_EQ(LastBeat()["gpus"][0]["xid_count"], 1);
+  EXPECT_GT(LastBeat()["links"][0]["errors"].get<int64_t>(), errors);
+
+  // A new set replaces the old: only a hang of GPU 1 until an hour from now.
+  server_.Push(
+      {{"kind", "faults"},
+       {"faults",
+        {{{"id", "f-6"}, {"kind", "hang"}, {"gpu", 1}, {"until_ms", NowMs() + 3600000}}}}});
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat()["faults"] == json({"f-6"}); }));
+  ASSERT_TRUE(WaitUntil([&] { return FaultFile("5.1.0") == Effects(1.0, true); }));
+  ASSERT_TRUE(WaitUntil([&] { return FaultFile("6.1.0") == Effects(1.0); }));
+  EXPECT_EQ(LastBeat()["links"][0]["up"], true);
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat()["gpus"][1]["util_pct"] == 0.0; }));
+
+  // Its end passes: the agent drops it by itself.
+  Advance(std::chrono::hours(2));
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat()["faults"] == json::array(); }));
+  ASSERT_TRUE(WaitUntil([&] { return FaultFile("5.1.0") == Effects(1.0); }));
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat()["gpus"][1]["util_pct"].get<double>() >= 90.0; }));
+
+  // A forgotten task's file goes with it.
+  Go();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Tasks().empty(); }));
+  EXPECT_TRUE(WaitUntil([&] { return !fs::exists(dir_ / "data" / "faults" / "5.1.0.json"); }));
+}
+
+TEST_F(AgentTest, AGpuFaultOnANodeWithoutGpusTouchesTheTaskOfThatLocalIndex) {
+  AgentOptions o = Options();
+  agent_ = std::make_unique<Agent>(o, std::make_unique<NoGpus>());
+  thread_ = std::thread([this] { result_ = agent_->Run(); });
+  for (const char* id : {"7.0.1", "7.0.0"}) {
+    json start = StartCommand(id);
+    start["task"]["gpus"] = json::array();
+    server_.Push(start);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Tasks().size() == 2; }));
+  server_.Push(
+      {{"kind", "faults"}, {"faults", {{{"id", "f-1"}, {"kind", "loss-nan"}, {"gpu", 1}}}}});
+  ASSERT_TRUE(WaitUntil([&] { return !FaultFile("7.0.1").is_discarded(); }));
+  EXPECT_EQ(FaultFile("7.0.1"), Effects(1.0, false, 0.0, true));
+  EXPECT_FALSE(fs::exists(dir_ / "data" / "faults" / "7.0.0.json"));
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat()["faults"] == json({"f-1"}); }));
+  EXPECT_FALSE(LastBeat().contains("links")) << "a backend that cannot read links reports none";
+}
+
+TEST_F(AgentTest, CheckpointCommandWritesANewRequestIdForTheTask) {
+  StartAgent(Options());
+  json start = StartCommand("5.1.0");
+  start["task"]["argv"][2] = "echo \"request=$TRAINYARD_CHECKPOINT_REQUEST_FILE\"; " +
+                             start["task"]["argv"][2].get<std::string>();
+  server_.Push(start);
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  const fs::path file = dir_ / "data" / "checkpoint-requests" / "5.1.0";
+  EXPECT_TRUE(WaitUntil([&] {
+    return server_.log("5.1.0").find("request=" + file.string()) != std::string::npos;
+  })) << server_.log("5.1.0");
+  EXPECT_FALSE(fs::exists(file));
+
+  server_.Push({{"kind", "checkpoint"}, {"task_id", "5.1.0"}});
+  server_.Push({{"kind", "checkpoint"}, {"task_id", "no-such-task"}});
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(file) == "1\n"; }));
+  server_.Push({{"kind", "checkpoint"}, {"task_id", "5.1.0"}});
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(file) == "2\n"; }));
+  EXPECT_FALSE(fs::exists(file.string() + ".tmp"));
+
+  Go();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->Tasks().empty(); }));
+  EXPECT_TRUE(WaitUntil([&] { return !fs::exists(file); })) << "forgotten with its task";
+}
+
+TEST_F(AgentTest, HeartbeatsReportTheDisksOfTheDataDirAndCheckpointDirs) {
+  StartAgent(Options());
+  json start = StartCommand("5.1.0");
+  // Not created yet: the nearest directory that exists stands for it.
+  start["task"]["env"]["TRAINYARD_CHECKPOINT_DIR"] = "ckpt/not/yet";
+  server_.Push(start);
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  auto has = [&](const fs::path& p) {
+    for (const auto& d : LastBeat().value("disks", json::array())) {
+      if (d["path"] == p.string()) {
+        return d["total_bytes"].get<int64_t>() > 0 && d["free_bytes"].get<int64_t>() >= 0 &&
+               d["free_bytes"].get<int64_t>() <= d["total_bytes"].get<int64_t>();
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return has(dir_ / "data") && has(dir_); })) << LastBeat()["disks"];
+  EXPECT_FALSE(LastBeat().contains("health_check")) << "no check program, no result";
+}
+
+TEST_F(AgentTest, HealthCheckRunsBeforeRegisteringPeriodicallyAndAfterATaskFails) {
+  AgentOptions o = Options();
+  o.now = Clock();
+  const std::string runs = (dir_ / "runs").string();
+  o.health_check =
+      Script("check", "echo \"$TRAINYARD_HEALTH_TRIGGER\" >> " + runs +
+                          "; echo \"node $TRAINYARD_NODE: $TRAINYARD_HEALTH_TRIGGER\"");
+  o.health_check_interval = std::chrono::minutes(5);
+  StartAgent(o);
+  ASSERT_TRUE(WaitUntil([&] { return !server_.registers().empty(); }));
+  json reg = server_.registers()[0];
+  ASSERT_TRUE(reg.contains("health_check")) << reg;
+  EXPECT_EQ(reg["health_check"]["ok"], true);
+  EXPECT_EQ(reg["health_check"]["output"], "node node-1: join");
+  EXPECT_EQ(reg["health_check"]["trigger"], "join");
+  EXPECT_GT(reg["health_check"]["at_ms"].get<int64_t>(), 0);
+  ASSERT_TRUE(WaitUntil([&] { return LastBeat().contains("health_check"); }));
+  EXPECT_EQ(LastBeat()["health_check"], reg["health_check"]);
+
+  // A task the agent stops says nothing about the node; one that fails does.
+  server_.Push(StartCommand("5.1.0"));
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  server_.Push({{"kind", "stop"}, {"task_id", "5.1.0"}, {"grace_ms", 5000}});
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  server_.Push(StartCommand("5.1.1"));  // exits with 7
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.1").value("state", "") == "running"; }));
+  Go();
+  ASSERT_TRUE(WaitUntil([&] {
+    return LastBeat().value("health_check", json::object()).value("trigger", "") == "task-failed";
+  }));
+  EXPECT_EQ(LastBeat()["health_check"]["output"], "node node-1: task-failed");
+
+  Advance(std::chrono::minutes(6));
+  ASSERT_TRUE(WaitUntil([&] {
+    return LastBeat().value("health_check", json::object()).value("trigger", "") == "periodic";
+  }));
+  EXPECT_EQ(ReadFile(runs), "join\ntask-failed\nperiodic\n");
+}
+
+TEST_F(AgentTest, AFailingJoinCheckIsReportedAndTheNodeStillRegisters) {
+  AgentOptions o = Options();
+  o.health_check = Script("check", "echo 'nvidia-smi: no devices found' >&2; exit 2");
+  StartAgent(o);
+  ASSERT_TRUE(WaitUntil([&] { return !server_.registers().empty(); }));
+  json check = server_.registers()[0]["health_check"];
+  EXPECT_EQ(check["ok"], false);
+  EXPECT_EQ(check["output"], "nvidia-smi: no devices found");
+  EXPECT_EQ(check["trigger"], "join");
 }
 
 TEST_F(AgentTest, ABadJoinTokenEndsRunWithTheServersReason) {

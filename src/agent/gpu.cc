@@ -44,6 +44,10 @@ uint64_t Fnv1a(std::string_view s) {
   return h;
 }
 
+// XID codes the simulation reports (NVIDIA's XID catalogue).
+constexpr int64_t kXidDoubleBitEcc = 48;
+constexpr int64_t kXidFallenOffTheBus = 79;
+
 // Moves `value` toward `target` as a first-order lag with time constant `tau_s`.
 double Approach(double value, double target, double dt_s, double tau_s) {
   if (dt_s <= 0) return value;
@@ -152,14 +156,70 @@ Status SimulatedGpus::SetFaults(int index, const SimulatedFaults& faults) {
     return InvalidArgument("gpu: no simulated GPU " + std::to_string(index) + "; this node has " +
                            std::to_string(state_.size()));
   }
-  State& s = state_[index];
+  SetFaultsLocked(state_[index], faults);
+  return Status::Ok();
+}
+
+void SimulatedGpus::SetFaultsLocked(State& s, const SimulatedFaults& faults) {
   s.faults = faults;
   s.ecc += faults.ecc_uncorrectable;
   if (faults.xid != 0) {
     s.xid_last = faults.xid;
     ++s.xid_count;
   }
-  return Status::Ok();
+}
+
+void SimulatedGpus::ApplyFaults(const std::vector<Fault>& faults) {
+  std::lock_guard lock(mu_);
+  std::vector<SimulatedFaults> next(state_.size());
+  link_down_ = false;
+  for (const Fault& f : faults) {
+    if (f.kind == FaultKind::kLinkDown) link_down_ = true;
+    // A new event fault fires once, on the GPUs it names.
+    const bool fires =
+        (f.kind == FaultKind::kXid || f.kind == FaultKind::kEcc) && fired_.insert(f.id).second;
+    for (size_t i = 0; i < next.size(); ++i) {
+      if (!f.node_wide() && f.gpu != static_cast<int>(i)) continue;
+      SimulatedFaults& g = next[i];
+      State& s = state_[i];
+      switch (f.kind) {
+        case FaultKind::kXid:
+          if (fires) {
+            s.xid_last = kXidFallenOffTheBus;
+            ++s.xid_count;
+          }
+          break;
+        case FaultKind::kEcc:
+          if (fires) {
+            s.xid_last = kXidDoubleBitEcc;
+            ++s.xid_count;
+            ++s.ecc;
+          }
+          break;
+        case FaultKind::kThermal:
+          g.thermal = true;
+          break;
+        case FaultKind::kSlow:
+          g.slow = true;
+          break;
+        case FaultKind::kHang:
+          g.hang = true;
+          break;
+        case FaultKind::kDataStall:
+          g.data_stall = true;
+          break;
+        default:  // trainer-only faults and links: no GPU telemetry
+          break;
+      }
+    }
+  }
+  for (size_t i = 0; i < state_.size(); ++i) SetFaultsLocked(state_[i], next[i]);
+}
+
+std::vector<LinkSample> SimulatedGpus::SampleLinks() {
+  std::lock_guard lock(mu_);
+  if (link_down_) ++ib_errors_;
+  return {{"ib0", "ib", !link_down_, ib_errors_}, {"nvlink0", "nvlink", true, 0}};
 }
 
 Result<std::vector<GpuSample>> SimulatedGpus::Sample(Timestamp now) {
@@ -173,7 +233,10 @@ Result<std::vector<GpuSample>> SimulatedGpus::Sample(Timestamp now) {
     State& s = state_[i];
     const SimulatedFaults& f = s.faults;
     double util = s.busy ? busy_util(rng_) : 0.0;
-    if (s.busy && f.slow) util *= 0.55;
+    // Faults map the 90-99 % of a busy GPU onto their own band (the same draws, so a
+    // fault does not shift the noise of the other GPUs).
+    if (s.busy && f.slow) util = 55.0 + (util - 90.0) * 10.0 / 9.0;
+    if (s.busy && f.data_stall) util = 2.0 + (util - 90.0) * 3.0 / 9.0;
     if (f.hang) util = 0.0;
     // A hung kernel holds memory and burns some power but does no work.
     double load = s.busy ? (f.hang ? 0.3 : util / 100.0) : 0.0;

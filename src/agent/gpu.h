@@ -1,14 +1,17 @@
 // GPU discovery and telemetry as the agent sees it: a GpuBackend lists the node's GPUs
-// once and samples their telemetry at every heartbeat.
+// once and samples their telemetry, and that of the node's network links, at every
+// heartbeat.
 //
 // Two backends: NVML (nvml.h, the real thing, loaded at run time) and SimulatedGpus
-// (below), which models N GPUs of one type whose telemetry follows what runs on them
-// and which a fault-injection hook can make misbehave. Telemetry fields a backend
-// cannot read for one GPU (ECC on a consumer card, XIDs without an event source) are
-// empty optionals, "unavailable", never an error for the node.
+// (below), which models N GPUs of one type and two links whose telemetry follows what
+// runs on them and which injected faults (faults.h) make misbehave. Telemetry fields a
+// backend cannot read for one GPU (ECC on a consumer card, XIDs without an event
+// source) are empty optionals, "unavailable", never an error for the node; a backend
+// that cannot read links (NVML) reports none.
 //
-// Thread-safety: Discover/Sample/SetBusyGpus are called from one thread (the agent
-// loop). SimulatedGpus additionally takes SetFaults from any thread.
+// Thread-safety: Discover/Sample/SampleLinks/SetBusyGpus/ApplyFaults are called from
+// one thread (the agent loop). SimulatedGpus additionally takes SetFaults from any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/faults.h"
 #include "core/status.h"
 #include "core/units.h"
 
@@ -48,6 +52,14 @@ struct GpuSample {
   std::optional<int64_t> xid_count;  // XIDs since the agent started
 };
 
+// One network link of the node.
+struct LinkSample {
+  std::string name;  // "ib0", "nvlink0"
+  std::string kind;  // "ib" | "nvlink"
+  bool up = true;
+  int64_t errors = 0;  // errors counted since the agent started
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
@@ -57,6 +69,12 @@ class GpuBackend {
   virtual Result<std::vector<GpuSample>> Sample(Timestamp now) = 0;
   // Which GPU indices run a task now; the simulation drives its model with it.
   virtual void SetBusyGpus(const std::set<int>& /*busy*/) {}
+  // The node's links, sampled once per heartbeat; none by default (no way to read them).
+  virtual std::vector<LinkSample> SampleLinks() { return {}; }
+  // Makes telemetry show `faults`, the complete set now active on the node (it replaces
+  // the previous one). A backend that cannot fake telemetry (real GPUs) ignores it:
+  // only the trainer effects of faults (faults.h) apply there.
+  virtual void ApplyFaults(const std::vector<Fault>& /*faults*/) {}
   virtual bool simulated() const = 0;
 };
 
@@ -88,13 +106,14 @@ const GpuTypeInfo* FindGpuType(std::string_view type);
 // "A100, B200, H100, ..." for messages.
 std::string KnownGpuTypes();
 
-// Faults a later fault-injection feature drives, per GPU.
+// The faults of one simulated GPU.
 struct SimulatedFaults {
   int64_t xid = 0;  // nonzero: an XID event with this code (counted once per SetFaults)
   int64_t ecc_uncorrectable = 0;  // uncorrectable ECC errors to add
   bool thermal = false;           // runs hot (~92 C) and is throttled
-  bool slow = false;              // lower clocks and utilisation
+  bool slow = false;              // lower clocks, utilisation ~55-65 % while busy
   bool hang = false;              // utilisation 0 while a task holds it
+  bool data_stall = false;        // utilisation ~2-5 % while busy: starved of input
 };
 
 // N simulated GPUs of one type. Telemetry moves toward a target that depends on
@@ -102,6 +121,9 @@ struct SimulatedFaults {
 // a seeded generator), ~85 % memory, warm toward ~75 C and draw near TDP; idle ones sit
 // at 0 %, ~35 C and idle power. Temperature and power follow first-order lags in the
 // time between samples, so a GPU heats up over a minute rather than at once.
+//
+// The node has two links, ib0 (InfiniBand) and nvlink0, up and error-free unless a
+// link-down fault is active: then ib0 is down and counts one more error per sample.
 class SimulatedGpus : public GpuBackend {
  public:
   // REQUIRES: FindGpuType(type) != nullptr, 0 <= count <= kMaxGpusPerNode.
@@ -112,6 +134,13 @@ class SimulatedGpus : public GpuBackend {
   Result<std::vector<GpuSample>> Sample(Timestamp now) override;
   void SetBusyGpus(const std::set<int>& busy) override;
   bool simulated() const override { return true; }
+
+  std::vector<LinkSample> SampleLinks() override;
+  // Each GPU's faults become those `faults` name (GPU-specific or node-wide). The event
+  // faults count once per fault id over the backend's life, however often a set that
+  // holds them is applied: xid an XID 79, ecc an uncorrectable ECC error and its XID 48.
+  // A fault naming a GPU the node lacks does nothing.
+  void ApplyFaults(const std::vector<Fault>& faults) override;
 
   // Replaces the faults of GPU `index` (a default SimulatedFaults clears them).
   Status SetFaults(int index, const SimulatedFaults& faults);
@@ -127,6 +156,8 @@ class SimulatedGpus : public GpuBackend {
     int64_t xid_count = 0;
   };
   SimulatedGpus(const GpuTypeInfo& info, std::vector<GpuDevice> devices, uint64_t seed);
+  // REQUIRES: mu_ held.
+  static void SetFaultsLocked(State& s, const SimulatedFaults& faults);
 
   const GpuTypeInfo& info_;
   const std::vector<GpuDevice> devices_;
@@ -134,6 +165,9 @@ class SimulatedGpus : public GpuBackend {
   std::vector<State> state_;       // GUARDED_BY(mu_)
   std::mt19937_64 rng_;            // GUARDED_BY(mu_)
   std::optional<Timestamp> last_;  // GUARDED_BY(mu_)
+  std::set<std::string> fired_;    // GUARDED_BY(mu_): event faults already counted
+  bool link_down_ = false;         // GUARDED_BY(mu_)
+  int64_t ib_errors_ = 0;          // GUARDED_BY(mu_)
 };
 
 }  // namespace trainyard::agent

@@ -128,8 +128,8 @@ TEST(SimulatedGpusTest, FaultsShowInTelemetry) {
   EXPECT_TRUE(*s[1].throttled);
   EXPECT_GT(*s[1].temp_c, 88.0);
   EXPECT_LT(*s[1].sm_clock_mhz, 1980);
-  EXPECT_LT(*s[2].util_pct, 60.0);
-  EXPECT_GT(*s[2].util_pct, 0.0);
+  EXPECT_GE(*s[2].util_pct, 55.0);
+  EXPECT_LE(*s[2].util_pct, 65.0);
   EXPECT_LT(*s[2].sm_clock_mhz, 1980);
   EXPECT_EQ(*s[3].util_pct, 0.0);
   EXPECT_GT(*s[3].mem_used_mib, 0) << "a hung GPU still holds its memory";
@@ -138,6 +138,100 @@ TEST(SimulatedGpusTest, FaultsShowInTelemetry) {
   s = *gpus.Sample(kT0 + seconds(301));
   EXPECT_EQ(*s[0].xid_count, 2);
   EXPECT_EQ(*s[0].ecc_uncorrectable, 3);
+}
+
+TEST(SimulatedGpusTest, AppliedFaultsShowInTelemetry) {
+  auto created = SimulatedGpus::Create(4, "H100", "node-1", 3);
+  SimulatedGpus& gpus = **created;
+  gpus.SetBusyGpus({0, 1, 2, 3});
+  const std::vector<Fault> faults = {{"f-1", FaultKind::kXid, 0, 0, 0},
+                                     {"f-2", FaultKind::kEcc, 1, 0, 0},
+                                     {"f-3", FaultKind::kDataStall, 2, 0, 0},
+                                     {"f-4", FaultKind::kSlow, 3, 0, 0},
+                                     {"f-5", FaultKind::kLossNan, 0, 0, 0}};
+  gpus.ApplyFaults(faults);
+  // The same set again (the server resends it) counts no new events.
+  gpus.ApplyFaults(faults);
+  std::vector<GpuSample> s;
+  for (int i = 0; i <= 60; ++i) s = *gpus.Sample(kT0 + seconds(i));
+  EXPECT_EQ(*s[0].xid_last, 79);
+  EXPECT_EQ(*s[0].xid_count, 1);
+  EXPECT_EQ(*s[0].ecc_uncorrectable, 0);
+  EXPECT_GE(*s[0].util_pct, 90.0) << "loss-nan is the trainer's, not the GPU's";
+  EXPECT_EQ(*s[1].xid_last, 48);
+  EXPECT_EQ(*s[1].xid_count, 1);
+  EXPECT_EQ(*s[1].ecc_uncorrectable, 1);
+  EXPECT_GE(*s[2].util_pct, 2.0);
+  EXPECT_LE(*s[2].util_pct, 5.0);
+  EXPECT_EQ(*s[2].sm_clock_mhz, 1980) << "a starved GPU keeps its clocks";
+  EXPECT_GE(*s[3].util_pct, 55.0);
+  EXPECT_LE(*s[3].util_pct, 65.0);
+  EXPECT_LT(*s[3].sm_clock_mhz, 1980);
+
+  // Dropping one fault and keeping the other leaves the counters and ends the state.
+  gpus.ApplyFaults({faults[0]});
+  s = *gpus.Sample(kT0 + seconds(61));
+  EXPECT_EQ(*s[0].xid_count, 1);
+  EXPECT_EQ(*s[1].xid_count, 1);
+  EXPECT_GE(*s[2].util_pct, 90.0);
+  // A new id is a new event; a node-wide one lands on every GPU.
+  gpus.ApplyFaults({faults[0], {"f-6", FaultKind::kXid, -1, 0, 0}});
+  s = *gpus.Sample(kT0 + seconds(62));
+  EXPECT_EQ(*s[0].xid_count, 2);
+  EXPECT_EQ(*s[3].xid_count, 1);
+  EXPECT_EQ(*s[3].xid_last, 79);
+  // Cleared, and sent again later with an old id: still no new event.
+  gpus.ApplyFaults({});
+  gpus.ApplyFaults({faults[0]});
+  s = *gpus.Sample(kT0 + seconds(63));
+  EXPECT_EQ(*s[0].xid_count, 2);
+}
+
+TEST(SimulatedGpusTest, NodeWideThermalAndHang) {
+  auto created = SimulatedGpus::Create(2, "H100", "node-1", 3);
+  SimulatedGpus& gpus = **created;
+  gpus.SetBusyGpus({0, 1});
+  gpus.ApplyFaults({{"t", FaultKind::kThermal, -1, 0, 0}, {"h", FaultKind::kHang, 1, 0, 0}});
+  std::vector<GpuSample> s;
+  for (int i = 0; i <= 300; ++i) s = *gpus.Sample(kT0 + seconds(i));
+  for (const auto& g : s) {
+    EXPECT_TRUE(*g.throttled);
+    EXPECT_GT(*g.temp_c, 88.0);
+  }
+  EXPECT_EQ(*s[1].util_pct, 0.0);
+  EXPECT_GT(*s[0].util_pct, 0.0);
+}
+
+TEST(SimulatedGpusTest, LinkDownTakesIb0DownAndCountsErrorsPerSample) {
+  auto created = SimulatedGpus::Create(2, "H100", "node-1", 3);
+  SimulatedGpus& gpus = **created;
+  auto links = gpus.SampleLinks();
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_EQ(links[0].name, "ib0");
+  EXPECT_EQ(links[0].kind, "ib");
+  EXPECT_TRUE(links[0].up);
+  EXPECT_EQ(links[0].errors, 0);
+  EXPECT_EQ(links[1].name, "nvlink0");
+  EXPECT_EQ(links[1].kind, "nvlink");
+  EXPECT_TRUE(links[1].up);
+
+  gpus.ApplyFaults({{"l", FaultKind::kLinkDown, -1, 0, 0}});
+  links = gpus.SampleLinks();
+  EXPECT_FALSE(links[0].up);
+  EXPECT_EQ(links[0].errors, 1);
+  links = gpus.SampleLinks();
+  EXPECT_EQ(links[0].errors, 2);
+  EXPECT_TRUE(links[1].up);
+  gpus.ApplyFaults({});
+  links = gpus.SampleLinks();
+  EXPECT_TRUE(links[0].up);
+  EXPECT_EQ(links[0].errors, 2) << "errors count since the agent started";
+}
+
+TEST(NoGpusTest, HasNoLinksAndIgnoresFaults) {
+  NoGpus none;
+  none.ApplyFaults({{"l", FaultKind::kLinkDown, -1, 0, 0}});
+  EXPECT_TRUE(none.SampleLinks().empty());
 }
 
 TEST(NvmlGpusTest, MissingLibrarySaysWhatToDo) {

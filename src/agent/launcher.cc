@@ -164,6 +164,23 @@ Status CheckAllowedPath(const std::string& what, const std::string& path,
                             JoinDirs(allowed_dirs) + ")");
 }
 
+Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) return Internal(path + ": cannot create its directory: " + ec.message());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc | std::ios::binary);
+    f << content;
+    f.flush();
+    if (!f) return Internal(tmp + ": cannot write it");
+  }
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) return Internal(path + ": " + ec.message());
+  return Status::Ok();
+}
+
 std::string ResolveProgram(const std::string& program, const std::string& path_value) {
   if (program.find('/') != std::string::npos) return program;
   size_t start = 0;
@@ -230,23 +247,33 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  std::error_code ec;
-  std::filesystem::path log_path(spec.log_path);
-  if (log_path.has_parent_path()) {
-    std::filesystem::create_directories(log_path.parent_path(), ec);
-    if (ec) {
+  int log_fd = -1;
+  if (spec.output_fd >= 0) {
+    log_fd = fcntl(spec.output_fd, F_DUPFD_CLOEXEC, 3);
+    if (log_fd < 0) {
+      const int e = errno;
       if (dir_fd >= 0) close(dir_fd);
-      return Internal("log file " + spec.log_path +
-                      ": cannot create its directory: " + ec.message());
+      return Internal("starting " + spec.argv[0] + ": output descriptor: " + Errno(e));
     }
+  } else {
+    std::error_code ec;
+    std::filesystem::path log_path(spec.log_path);
+    if (log_path.has_parent_path()) {
+      std::filesystem::create_directories(log_path.parent_path(), ec);
+      if (ec) {
+        if (dir_fd >= 0) close(dir_fd);
+        return Internal("log file " + spec.log_path +
+                        ": cannot create its directory: " + ec.message());
+      }
+    }
+    log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      const int e = errno;
+      if (dir_fd >= 0) close(dir_fd);
+      return Internal("log file " + spec.log_path + ": " + Errno(e));
+    }
+    log_fd = DupAbove2(log_fd);
   }
-  int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
-    const int e = errno;
-    if (dir_fd >= 0) close(dir_fd);
-    return Internal("log file " + spec.log_path + ": " + Errno(e));
-  }
-  log_fd = DupAbove2(log_fd);
   int null_fd = DupAbove2(open("/dev/null", O_RDONLY | O_CLOEXEC));
   int pipe_fds[2];
   if (null_fd < 0 || log_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -360,19 +387,8 @@ Status TaskProcess::Preempt(int sig, Duration grace, Timestamp now,
     nlohmann::json notice = {{"deadline_ms", deadline.time_since_epoch().count()},
                              {"signal", sig},
                              {"grace_ms", grace.count()}};
-    std::filesystem::path path(notice_file);
-    std::error_code ec;
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-    // Write then rename, so the task never reads half a notice.
-    std::string tmp = notice_file + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << notice.dump() << "\n";
-      if (!f) ec = std::make_error_code(std::errc::io_error);
-    }
-    if (!ec) std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      written = Internal("preempt notice file " + notice_file + ": " + ec.message());
+    if (Status s = WriteFileAtomically(notice_file, notice.dump() + "\n"); !s.ok()) {
+      written = Internal("preempt notice file " + s.message());
     }
   }
   Signal(sig);

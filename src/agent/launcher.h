@@ -37,6 +37,9 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;
   std::string workdir;   // empty: the agent's working directory
   std::string log_path;  // stdout+stderr appended here; parent directories are created
+  // When >= 0, stdout+stderr go to this descriptor instead (a pipe the caller reads) and
+  // log_path is not used; the caller keeps and closes it.
+  int output_fd = -1;
   // Directories (absolute) the task's paths must lie in once symlinks are resolved (the
   // agent's --allowed-dirs); empty: anywhere. Checked: the workdir, as the directory
   // actually entered (opened, checked, then entered with fchdir, so a symlink swapped
@@ -122,5 +125,9 @@ Result<std::string> ResolvePath(const std::string& path, const std::string& base
 // <resolved>, outside the directories this agent allows (<dirs>)".
 Status CheckAllowedPath(const std::string& what, const std::string& path,
                         const std::string& resolved, const std::vector<std::string>& allowed_dirs);
+
+// Writes `content` to `path` through `path`.tmp and a rename, so that a task reading it
+// never sees half of it; creates the parent directories. Errors name the file.
+Status WriteFileAtomically(const std::string& path, const std::string& content);
 
 }  // namespace trainyard::agent

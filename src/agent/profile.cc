@@ -1,7 +1,6 @@
 #include "agent/profile.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "agent/launcher.h"
 
@@ -38,17 +37,11 @@ Status WriteProfileRequest(const std::string& file, const std::string& id, int32
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Internal("profile directory " + dir + ": " + ec.message());
-  if (fs::path(file).has_parent_path()) fs::create_directories(fs::path(file).parent_path(), ec);
-  if (ec) return Internal("profile request file " + file + ": " + ec.message());
-  const std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json{{"id", id}, {"steps", steps}, {"dir", dir}}.dump() << "\n";
-    out.flush();
-    if (!out) return Internal("profile request file " + tmp + ": cannot write it");
+  if (Status s =
+          WriteFileAtomically(file, json{{"id", id}, {"steps", steps}, {"dir", dir}}.dump() + "\n");
+      !s.ok()) {
+    return Internal("profile request file " + s.message());
   }
-  fs::rename(tmp, file, ec);
-  if (ec) return Internal("profile request file " + file + ": " + ec.message());
   return Status::Ok();
 }
 

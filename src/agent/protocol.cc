@@ -135,9 +135,27 @@ Result<Command> ParseCommand(const json& j) {
     c.steps = static_cast<int32_t>(steps);
     return c;
   }
+  if (kind == "faults") {
+    c.kind = Command::Kind::kFaults;
+    auto faults = j.find("faults");
+    if (faults == j.end() || faults->is_null()) return InvalidArgument("faults: faults: missing");
+    auto parsed = ParseFaults(*faults);
+    if (!parsed.ok()) return InvalidArgument("faults: " + parsed.status().message());
+    c.faults = std::move(*parsed);
+    return c;
+  }
+  if (kind == "checkpoint") {
+    c.kind = Command::Kind::kCheckpoint;
+    auto task_id = Str(j, "task_id", true);
+    if (!task_id.ok()) return InvalidArgument("checkpoint: " + task_id.status().message());
+    if (task_id->empty()) return InvalidArgument("checkpoint: task_id: must not be empty");
+    c.task_id = std::move(*task_id);
+    return c;
+  }
   if (kind != "stop" && kind != "preempt") {
-    return InvalidArgument("kind: must be start, stop, preempt or profile, got " +
-                           QuoteForMessage(kind));
+    return InvalidArgument(
+        "kind: must be start, stop, preempt, profile, faults or checkpoint, got " +
+        QuoteForMessage(kind));
   }
   c.kind = kind == "stop" ? Command::Kind::kStop : Command::Kind::kPreempt;
   TY_ASSIGN_OR_RETURN(c.task_id, Str(j, "task_id", true));
@@ -165,6 +183,10 @@ json ToJson(const GpuSample& s) {
   if (s.xid_last) j["xid_last"] = *s.xid_last;
   if (s.xid_count) j["xid_count"] = *s.xid_count;
   return j;
+}
+
+json ToJson(const LinkSample& l) {
+  return {{"name", l.name}, {"kind", l.kind}, {"up", l.up}, {"errors", l.errors}};
 }
 
 }  // namespace trainyard::agent

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/faults.h"
 #include "agent/gpu.h"
 #include "core/status.h"
 #include "core/units.h"
@@ -51,14 +52,15 @@ struct StartTask {
 };
 
 struct Command {
-  enum class Kind { kStart, kStop, kPreempt, kProfile };
+  enum class Kind { kStart, kStop, kPreempt, kProfile, kFaults, kCheckpoint };
   Kind kind = Kind::kStart;
-  StartTask start;         // kStart
-  std::string task_id;     // every kind
-  int signal = 0;          // kPreempt
-  Duration grace{};        // kStop, kPreempt
-  std::string profile_id;  // kProfile: 1-64 of A-Z a-z 0-9 . _ -
-  int32_t steps = 0;       // kProfile: 1..10000
+  StartTask start;            // kStart
+  std::string task_id;        // every kind but kFaults
+  int signal = 0;             // kPreempt
+  Duration grace{};           // kStop, kPreempt
+  std::string profile_id;     // kProfile: 1-64 of A-Z a-z 0-9 . _ -
+  int32_t steps = 0;          // kProfile: 1..10000
+  std::vector<Fault> faults;  // kFaults: the complete set now active on the node
 };
 
 // Parses one command object; the error names the field and the value.
@@ -66,6 +68,8 @@ Result<Command> ParseCommand(const nlohmann::json& j);
 
 // One GPU sample; unavailable fields are left out.
 nlohmann::json ToJson(const GpuSample& s);
+// {"name", "kind", "up", "errors"}.
+nlohmann::json ToJson(const LinkSample& l);
 
 inline int64_t ToMs(Timestamp t) { return t.time_since_epoch().count(); }
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agent/gpu.h"
+#include "agent/health_check.h"
 #include "agent/nvml.h"
 #include "cli/app.h"
 #include "core/names.h"
@@ -172,6 +173,16 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
                                    std::chrono::milliseconds(100), std::chrono::minutes(1)));
   TY_ASSIGN_OR_RETURN(o.stop_grace, DurationFlag("--stop-grace", f.stop_grace, Duration::zero(),
                                                  std::chrono::hours(1)));
+  if (!f.health_check.empty()) {
+    TY_RETURN_IF_ERROR(agent::CheckHealthCheckProgram("--health-check", f.health_check));
+    o.health_check = std::filesystem::absolute(f.health_check).lexically_normal().string();
+  }
+  TY_ASSIGN_OR_RETURN(o.health_check_interval,
+                      DurationFlag("--health-check-interval", f.health_check_interval,
+                                   std::chrono::seconds(1), std::chrono::hours(24)));
+  TY_ASSIGN_OR_RETURN(o.health_check_timeout,
+                      DurationFlag("--health-check-timeout", f.health_check_timeout,
+                                   std::chrono::milliseconds(100), std::chrono::hours(1)));
   return o;
 }
 
@@ -289,6 +300,16 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
       ->capture_default_str();
   cmd->add_option("--stop-grace", o->stop_grace,
                   "On SIGTERM/SIGINT: how long tasks get between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  cmd->add_option("--health-check", o->health_check,
+                  "Executable run (no shell) when the node joins, every --health-check-interval "
+                  "and after a task fails; exit 0 = healthy, else its output says what is wrong "
+                  "(see docs/agent.md)");
+  cmd->add_option("--health-check-interval", o->health_check_interval,
+                  "How often the health check runs")
+      ->capture_default_str();
+  cmd->add_option("--health-check-timeout", o->health_check_timeout,
+                  "A health check running longer is killed and fails")
       ->capture_default_str();
   cmd->callback([o, &exit_code, &out, &err] { exit_code = RunAgent(*o, out, err); });
 }

@@ -6,6 +6,8 @@
 //                   [--simulated-gpus N --gpu-type H100] [--cpus N] [--memory 512Gi]
 //                   [--address IP] [--leaf L] [--nvlink-domain D] [--label k=v ...]
 //                   [--heartbeat-interval 1s] [--stop-grace 10s] [--allowed-dirs DIR,...]
+//                   [--health-check PROGRAM [--health-check-interval 5m]
+//                    [--health-check-timeout 60s]]
 //
 // Runs until SIGINT or SIGTERM; then stops its tasks (SIGTERM, SIGKILL after
 // --stop-grace), reports their exits and returns.
@@ -41,6 +43,9 @@ struct AgentCommandOptions {
   std::vector<std::string> labels;
   std::string heartbeat_interval = "1s";
   std::string stop_grace = "10s";
+  std::string health_check;  // an executable; empty: no health check
+  std::string health_check_interval = "5m";
+  std::string health_check_timeout = "60s";
 };
 
 // Validates the flags and fills in machine defaults. Errors name the flag, the value

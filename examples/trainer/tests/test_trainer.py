@@ -57,6 +57,27 @@ def checkpoints(records: list[dict]) -> list[dict]:
     return [r for r in records if r["kind"] == "checkpoint"]
 
 
+def metrics_by_step(records: list[dict]) -> dict[int, dict]:
+    """The training step metrics (those with a loss) by step."""
+    return {r["step"]: r["metrics"] for r in records
+            if r["kind"] == "metrics" and "loss" in r["metrics"]}
+
+
+def write_atomically(path: str, text: str) -> None:
+    """As the agent writes its files: whole, through a rename."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def read_checkpoint(path: str) -> tuple[int, object]:
+    """(step, state) of a checkpoint file, read by the SDK next door."""
+    if SDK_DIR not in sys.path:
+        sys.path.insert(0, SDK_DIR)
+    from trainyard.checkpoint import read_checkpoint as read
+    return read(path)
+
+
 class TrainerTest(unittest.TestCase):
     def setUp(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="trainer-test-")
@@ -187,6 +208,121 @@ class TrainerTest(unittest.TestCase):
         match = re.search(r"metrics in (\S+)", result.stdout)
         assert match is not None, result.stdout
         self.assertEqual(sorted(losses(read_records(match.group(1)))), list(range(1, 21)))
+
+    # ---- injected faults (docs/faults.md) and checkpoint requests ----
+
+    def fault_env(self, name: str, effects: dict | None = None, **extra: str) -> dict[str, str]:
+        """A job env whose TRAINYARD_FAULT_FILE holds `effects` (as the agent writes it)."""
+        env = job_env(self.tmp, name,
+                      TRAINYARD_CHECKPOINT_DIR=os.path.join(self.tmp, f"{name}-ckpt"),
+                      TRAINYARD_FAULT_FILE=os.path.join(self.tmp, f"{name}.faults.json"),
+                      TRAINYARD_CHECKPOINT_REQUEST_FILE=os.path.join(self.tmp, f"{name}.request"),
+                      **extra)
+        if effects is not None:
+            write_atomically(env["TRAINYARD_FAULT_FILE"], json.dumps(effects))
+        return env
+
+    def test_training_faults_change_what_is_logged_never_the_model(self) -> None:
+        steps = ["--steps", "20", "--checkpoint-every", "0"]
+        reference = self.fault_env("clean")
+        self.assertEqual(run(reference, *steps).returncode, 0)
+        faulty = self.fault_env("faulty", {"slow_factor": 1.0, "hang": False,
+                                           "data_stall_s": 0.02, "loss_nan": True,
+                                           "grad_spike": True})
+        result = run(faulty, *steps)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("loss nan", result.stdout)
+        want = metrics_by_step(read_records(reference["TRAINYARD_METRICS_FILE"]))
+        got = metrics_by_step(read_records(faulty["TRAINYARD_METRICS_FILE"]))
+        self.assertEqual(sorted(got), list(range(1, 21)))
+        for step, m in got.items():
+            self.assertEqual(m["loss"], "NaN", step)  # how the metrics file spells NaN
+            self.assertEqual(m["grad_norm"], want[step]["grad_norm"] * 100.0, step)
+            self.assertGreaterEqual(m["data_wait_s"], 0.02, step)
+            self.assertGreaterEqual(m["step_time_s"], m["data_wait_s"], step)
+            self.assertLess(want[step]["data_wait_s"], 0.02, step)
+        # The weights are those of the clean run: clearing the fault leaves no trace.
+        [clean_ckpt] = checkpoints(read_records(reference["TRAINYARD_METRICS_FILE"]))
+        [faulty_ckpt] = checkpoints(read_records(faulty["TRAINYARD_METRICS_FILE"]))
+        self.assertEqual(read_checkpoint(faulty_ckpt["path"]),
+                         read_checkpoint(clean_ckpt["path"]))
+
+    def test_slow_factor_stretches_every_step(self) -> None:
+        env = self.fault_env("slow", {"slow_factor": 3.0})
+        result = run(env, "--steps", "5", "--step-time", "0.02")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        got = metrics_by_step(read_records(env["TRAINYARD_METRICS_FILE"]))
+        for step, m in got.items():
+            self.assertGreaterEqual(m["step_time_s"], 0.06, step)
+
+    def watch(self, env: dict[str, str], actions: dict[str, object], *args: str
+              ) -> tuple[int, str]:
+        """Runs the trainer; when a line contains a key of `actions`, calls its action
+        (once). Returns (exit status, stdout)."""
+        pending = dict(actions)
+        with subprocess.Popen([sys.executable, TRAINER, *args], env=env, text=True,
+                              stdout=subprocess.PIPE) as child:
+            try:
+                assert child.stdout is not None
+                seen = []
+                for line in child.stdout:
+                    seen.append(line)
+                    for key in [k for k in pending if k in line]:
+                        pending.pop(key)(child)  # type: ignore[operator]
+                return child.wait(timeout=TIMEOUT_S), "".join(seen)
+            finally:
+                child.kill()
+
+    def test_a_hung_trainer_does_not_step_until_the_hang_ends(self) -> None:
+        env = self.fault_env("hang", {"hang": True})
+
+        def while_hung(child: subprocess.Popen) -> None:
+            self.assertFalse(os.path.exists(env["TRAINYARD_METRICS_FILE"])
+                             and any(r["kind"] == "metrics" and "loss" in r["metrics"]
+                                     for r in read_records(env["TRAINYARD_METRICS_FILE"])))
+            write_atomically(env["TRAINYARD_FAULT_FILE"], json.dumps({"hang": False}))
+
+        status, out = self.watch(env, {"hung before step 1": while_hung}, "--steps", "5")
+        self.assertEqual(status, 0, out)
+        self.assertLess(out.index("hung before step 1"), out.index("no longer hung"))
+        self.assertLess(out.index("no longer hung"), out.index("step 1/5"))
+        self.assertEqual(sorted(losses(read_records(env["TRAINYARD_METRICS_FILE"]))),
+                         [1, 2, 3, 4, 5])
+
+    def test_a_hung_trainer_can_still_be_preempted(self) -> None:
+        env = self.fault_env("hang-preempt")
+
+        def hang(child: subprocess.Popen) -> None:
+            write_atomically(env["TRAINYARD_FAULT_FILE"], json.dumps({"hang": True}))
+
+        status, out = self.watch(
+            env, {" step 3/": hang, "hung before step": lambda c: c.send_signal(signal.SIGUSR1)},
+            "--steps", "200", "--step-time", "0.02", "--checkpoint-every", "0")
+        self.assertEqual(status, EXIT_PREEMPTED, out)
+        [saved] = checkpoints(read_records(env["TRAINYARD_METRICS_FILE"]))
+        hung_at = int(re.search(r"hung before step (\d+)", out).group(1))  # type: ignore[union-attr]
+        self.assertEqual(saved["step"], hung_at - 1, "the last step it completed")
+
+    def test_a_checkpoint_request_saves_the_current_step(self) -> None:
+        env = self.fault_env("request")
+
+        def request(child: subprocess.Popen) -> None:
+            write_atomically(env["TRAINYARD_CHECKPOINT_REQUEST_FILE"], "1\n")
+
+        def finish(child: subprocess.Popen) -> None:
+            write_atomically(env["TRAINYARD_PREEMPT_FILE"], json.dumps(
+                {"deadline_ms": int(time.time() * 1000) + 60000, "signal": 10,
+                 "grace_ms": 60000}))
+
+        status, out = self.watch(env, {" step 5/": request, "checkpoint requested": finish},
+                                 "--steps", "200", "--step-time", "0.02",
+                                 "--checkpoint-every", "0")
+        self.assertEqual(status, EXIT_PREEMPTED, out)
+        asked_at = int(re.search(r"checkpoint requested at step (\d+)", out).group(1))  # type: ignore[union-attr]
+        self.assertGreaterEqual(asked_at, 5)
+        saved = [c["step"] for c in checkpoints(read_records(env["TRAINYARD_METRICS_FILE"]))]
+        self.assertEqual(saved[0], asked_at)
+        self.assertEqual(out.count("checkpoint requested"), 1, "one request, one checkpoint")
 
     def test_bad_arguments_exit_2(self) -> None:
         result = run(job_env(self.tmp, "bad"), "--steps", "0")

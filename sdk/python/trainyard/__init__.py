@@ -26,6 +26,9 @@ When Trainyard asks for a profile (`trainyard profile JOB`), the default logger 
 the next steps by itself, with torch.profiler if the job imported torch, else with its
 own step spans; see profiler.py and profile_requested().
 
+faults() says what injected faults (docs/faults.md) ask of this rank's training loop,
+and checkpoint_requested() whether Trainyard asked for a checkpoint now; see faults.py.
+
 Importing this module installs the SIGUSR1 handler (when imported in the main thread),
 so that a notice arriving before the first preemption_requested() call is not fatal.
 """
@@ -42,6 +45,7 @@ from typing import Union
 from . import environment as _environment
 from .checkpoint import Checkpointer, CheckpointError, read_checkpoint
 from .environment import environment_params
+from .faults import CheckpointRequestWatcher, FaultWatcher
 from .logger import FileSink, MetricsLogger, MetricsSink, NullSink, sink_from_env
 from .preemption import EXIT_PREEMPTED, PreemptionWatcher, notice_signal_from_env
 from .profiler import Profiler, profiler_from_env
@@ -50,7 +54,8 @@ from .records import parse_line
 __all__ = [
     "EXIT_PREEMPTED", "Checkpointer", "CheckpointError", "FileSink", "HttpSink",
     "MetricsLogger", "MetricsSink", "NullSink", "PreemptionWatcher", "checkpoint_dir",
-    "checkpoint_saved", "configure", "default_logger", "environment_params", "flush",
+    "CheckpointRequestWatcher", "checkpoint_requested", "checkpoint_saved", "configure",
+    "default_logger", "environment_params", "faults", "FaultWatcher", "flush",
     "install_preemption_handler", "local_rank", "local_world_size", "log",
     "log_environment", "log_metrics", "log_params", "parse_line", "preemption_notice",
     "preemption_requested", "Profiler", "profile_requested", "rank", "read_checkpoint",
@@ -222,6 +227,26 @@ def profile_requested() -> bool:
     its usual steps rather than an evaluation while it records."""
     profiler = default_logger().profiler
     return profiler is not None and profiler.requested()
+
+
+# ---- injected faults and checkpoint requests ----
+
+_fault_watcher = FaultWatcher()
+_checkpoint_requests = CheckpointRequestWatcher()
+
+
+def faults() -> dict[str, object]:
+    """What the faults injected on this rank's node ask of its training loop
+    (TRAINYARD_FAULT_FILE): {"slow_factor": 1.0, "hang": False, "data_stall_s": 0.0,
+    "loss_nan": False, "grad_spike": False} when there are none. Cheap enough to call
+    every step (a stat() unless the file changed)."""
+    return _fault_watcher.effects()
+
+
+def checkpoint_requested() -> bool:
+    """True once for each checkpoint Trainyard asks of this rank
+    (TRAINYARD_CHECKPOINT_REQUEST_FILE): save one at the current step."""
+    return _checkpoint_requests.requested()
 
 
 # ---- preemption ----
