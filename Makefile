@@ -16,7 +16,7 @@ FUZZ     ?= build-fuzz
 FUZZ_SECONDS ?= 300
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build build-asan build-release build-fuzz test test-all test-asan test-fuzz up bench fuzz format clean
+.PHONY: all setup build build-asan build-release build-fuzz test test-all test-asan test-fuzz up bench fuzz soak format clean
 
 all: build
 
@@ -78,6 +78,12 @@ up: build-release
 
 bench: build-release
 	@scripts/bench $(RELEASE)
+
+# A healthy local cluster running the example jobs for SOAK_SECONDS with the built-in
+# alert rules: not one alert may fire (tests/server/healthy_soak.sh).
+SOAK_SECONDS ?= 600
+soak: build
+	@tests/server/healthy_soak.sh $(BUILD)/trainyard $(SOAK_SECONDS)
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

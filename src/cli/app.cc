@@ -7,6 +7,7 @@
 
 #include "cli/agent_cmd.h"
 #include "cli/client_cmd.h"
+#include "cli/monitor_cmd.h"
 #include "cli/runs_cmd.h"
 #include "cli/sched_cmd.h"
 #include "cli/server_cmd.h"
@@ -58,6 +59,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   AddUpCommand(app, exit_code, out, err);
   AddClientCommands(app, exit_code, out, err);
   AddRunsCommands(app, exit_code, out, err);
+  AddMonitorCommands(app, exit_code, out, err);
   std::string version_output = "text";
   AddVersionCommand(app, version_output, exit_code, out);
 

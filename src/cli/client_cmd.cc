@@ -549,7 +549,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     CLI::App* cmd =
         app.add_subcommand("nodes", "List nodes (like sinfo): state, GPUs used/total [any role]");
     AddCommon(cmd, *c, true);
-    cmd->callback([c, &exit_code, &out, &err] {
+    cmd->callback([cmd, c, &exit_code, &out, &err] {
+      if (!cmd->get_subcommands().empty()) return;
       exit_code = WithApi(*c, err, "nodes", [&](Api& api) -> std::optional<Failure> {
         TY_CALL(res, api.Call("GET", "/api/v1/nodes"));
         if (c->output == "json") {
@@ -568,6 +569,69 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
                           jobs.empty() ? "-" : jobs, Str(n, "state_reason")});
         }
         Table(out, rows);
+        return std::nullopt;
+      });
+    });
+    struct F {
+      Common c;
+      std::string node;
+    };
+    auto f = std::make_shared<F>();
+    CLI::App* show = cmd->add_subcommand(
+        "show",
+        "A node: state, GPUs with their telemetry, links, disks, health check, faults "
+        "[any role]");
+    AddCommon(show, f->c, true);
+    show->add_option("node", f->node, "Node name")->required();
+    show->callback([f, &exit_code, &out, &err] {
+      exit_code = WithApi(f->c, err, "nodes show", [&](Api& api) -> std::optional<Failure> {
+        TY_CALL(n,
+                api.Call("GET", "/api/v1/nodes/" + httplib::detail::encode_query_param(f->node)));
+        if (f->c.output == "json") {
+          out << n.dump() << "\n";
+          return std::nullopt;
+        }
+        out << "node " << Str(n, "name") << ": " << Str(n, "state");
+        if (!Str(n, "state_reason").empty()) out << " (" << Str(n, "state_reason") << ")";
+        out << "\n  address " << Str(n, "address") << ", " << Str(n, "gpus_used") << "/"
+            << Str(n, "gpus_total") << " " << Str(n, "gpu_type") << " GPUs in use"
+            << (n.value("simulated", false) ? " (simulated)" : "") << "\n";
+        if (n.contains("telemetry")) {
+          std::vector<std::vector<std::string>> rows = {
+              {"  GPU", "UTIL%", "TEMP C", "POWER W", "THROTTLED", "XIDS", "ECC"}};
+          for (const auto& g : n["telemetry"]) {
+            rows.push_back({"  " + Str(g, "index"), Str(g, "util_pct"), Str(g, "temp_c"),
+                            Str(g, "power_w"), Str(g, "throttled"), Str(g, "xid_count"),
+                            Str(g, "ecc_uncorrectable")});
+          }
+          Table(out, rows);
+        }
+        for (const auto& l : n.value("links", json::array())) {
+          out << "  link " << Str(l, "name") << " (" << Str(l, "kind")
+              << "): " << (l.value("up", true) ? "up" : "DOWN") << ", " << Str(l, "errors")
+              << " errors\n";
+        }
+        for (const auto& d : n.value("disks", json::array())) {
+          const double total = d.value("total_bytes", 0.0), free = d.value("free_bytes", 0.0);
+          out << "  disk " << Str(d, "path") << ": "
+              << (total > 0 ? std::to_string(static_cast<int>(100 * free / total)) + "% free"
+                            : std::string("size unknown"))
+              << "\n";
+        }
+        if (n.contains("health_check")) {
+          const json& h = n["health_check"];
+          out << "  health check (" << Str(h, "trigger") << ", "
+              << Age(h.value("at_ms", int64_t{0}))
+              << " ago): " << (h.value("ok", true) ? "passed" : "FAILED");
+          const std::string output = Str(h, "output");
+          if (!output.empty()) out << ": " << output.substr(0, output.find('\n'));
+          out << "\n";
+        }
+        for (const auto& x : n.value("faults", json::array())) {
+          out << "  fault " << Str(x, "id") << ": " << Str(x, "kind")
+              << (x.value("gpu", -1) >= 0 ? " on GPU " + Str(x, "gpu") : std::string(" (node)"))
+              << "\n";
+        }
         return std::nullopt;
       });
     });

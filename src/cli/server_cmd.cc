@@ -40,6 +40,10 @@ struct ServerFlags {
   int64_t max_unfinished_jobs_per_tenant = 1'000'000;
   std::string log_retention = "30d";  // 0: forever
   std::string log_max_bytes = "0";    // per job; 0: no cap
+  std::string alert_rules;            // rules file over the defaults (docs/alerts.md)
+  std::vector<std::string> alert_webhooks;
+  std::string alert_webhook_ca;
+  std::string alert_interval = "1s";
 };
 
 Status ParsePolicy(const std::string& text, sched::Policy& p) {
@@ -136,6 +140,23 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
         QuoteForMessage(f.log_max_bytes));
   }
   o.log_max_job_bytes = *max_bytes;
+  if (!f.alert_rules.empty()) {
+    o.alert_rules_file = std::filesystem::absolute(f.alert_rules).lexically_normal().string();
+  }
+  for (const std::string& url : f.alert_webhooks) {
+    if (!url.starts_with("http://") && !url.starts_with("https://")) {
+      return InvalidArgument("--alert-webhook: expected an http:// or https:// URL, got " +
+                             QuoteForMessage(url));
+    }
+  }
+  o.alert_webhooks = f.alert_webhooks;
+  o.alert_webhook_ca = f.alert_webhook_ca;
+  auto interval = ParseDuration(f.alert_interval);
+  if (!interval.ok() || interval->count() < 100 || *interval > std::chrono::minutes(10)) {
+    return InvalidArgument("--alert-interval: expected a duration from 100ms to 10m, got " +
+                           QuoteForMessage(f.alert_interval));
+  }
+  o.alert_interval = *interval;
   TY_RETURN_IF_ERROR(ParsePolicy(f.policy, o.policy));
   TY_ASSIGN_OR_RETURN(o.allowed_dirs, ParseAllowedDirs("--allowed-dirs", f.allowed_dirs));
   if (f.tls_cert.empty() != f.tls_key.empty()) {
@@ -188,6 +209,15 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
   cmd->add_option("--tls-cert", f.tls_cert,
                   "Serve HTTPS with this PEM certificate (chain); needs --tls-key (docs/tls.md)");
   cmd->add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert (unencrypted)");
+  cmd->add_option("--alert-rules", f.alert_rules,
+                  "Alert rules file (YAML) merged over the built-in rules (docs/alerts.md)");
+  cmd->add_option("--alert-webhook", f.alert_webhooks,
+                  "POST firing and resolved alerts to this URL in Alertmanager's webhook format "
+                  "(repeatable)");
+  cmd->add_option("--alert-webhook-ca", f.alert_webhook_ca,
+                  "PEM CA certificates for https webhooks (default: the system's)");
+  cmd->add_option("--alert-interval", f.alert_interval, "How often the alert rules are evaluated")
+      ->capture_default_str();
 }
 
 // Blocks SIGINT and SIGTERM in this thread (and so in the threads it starts) and

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -11,6 +12,8 @@
 #include "core/job_text.h"
 #include "core/names.h"
 #include "core/spec_codec.h"
+#include "monitor/diagnose.h"
+#include "monitor/webhook.h"
 #include "server/log_search.h"
 #include "server/metrics_page.h"
 #include "track/chrome_trace.h"
@@ -432,6 +435,53 @@ ordered_json RenderNode(const NodeView& v) {
   j["gpus_used"] = v.gpus_used;
   j["gpu_type"] = v.node.gpus.empty() ? "" : v.node.gpus.front().model;
   j["jobs"] = v.jobs;
+  if (!v.telemetry.empty()) {
+    ordered_json gpus = ordered_json::array();
+    for (const GpuTelemetry& t : v.telemetry) {
+      ordered_json g = {{"index", t.index}};
+      for (auto [key, value] : {std::pair{"util_pct", t.util_pct},
+                                {"mem_used_mib", t.mem_used_mib},
+                                {"temp_c", t.temp_c},
+                                {"power_w", t.power_w},
+                                {"sm_clock_mhz", t.sm_clock_mhz},
+                                {"ecc_uncorrectable", t.ecc_uncorrectable},
+                                {"xid_last", t.xid_last},
+                                {"xid_count", t.xid_count}}) {
+        if (value) g[key] = *value;
+      }
+      if (t.throttled) g["throttled"] = *t.throttled;
+      gpus.push_back(std::move(g));
+    }
+    j["telemetry"] = std::move(gpus);
+  }
+  if (!v.links.empty()) {
+    ordered_json links = ordered_json::array();
+    for (const LinkTelemetry& l : v.links) {
+      links.push_back({{"name", l.name}, {"kind", l.kind}, {"up", l.up}, {"errors", l.errors}});
+    }
+    j["links"] = std::move(links);
+  }
+  if (!v.disks.empty()) {
+    ordered_json disks = ordered_json::array();
+    for (const DiskTelemetry& d : v.disks) {
+      disks.push_back(
+          {{"path", d.path}, {"free_bytes", d.free_bytes}, {"total_bytes", d.total_bytes}});
+    }
+    j["disks"] = std::move(disks);
+  }
+  if (v.health_check) {
+    j["health_check"] = {{"ok", v.health_check->ok},
+                         {"output", v.health_check->output},
+                         {"at_ms", v.health_check->at_ms},
+                         {"trigger", v.health_check->trigger}};
+  }
+  if (!v.faults.empty()) {
+    ordered_json faults = ordered_json::array();
+    for (const FaultSpec& f : v.faults) {
+      faults.push_back({{"id", f.id}, {"kind", f.kind}, {"gpu", f.gpu}, {"until_ms", f.until_ms}});
+    }
+    j["faults"] = std::move(faults);
+  }
   return j;
 }
 
@@ -572,6 +622,71 @@ Result<ProfileParams> ParseProfileParams(std::string_view body) {
     p.rank = rank->get<int32_t>();
   }
   return p;
+}
+
+Result<FaultRequest> ParseFaultRequest(std::string_view body) {
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "fault"));
+  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "fault", {"kind", "gpu", "duration"}));
+  FaultRequest f;
+  auto kind = j.find("kind");
+  if (kind == j.end() || !kind->is_string()) {
+    return InvalidArgument(
+        "fault.kind: required, one of xid, ecc, thermal, link-down, slow, "
+        "hang, data-stall, loss-nan, grad-spike");
+  }
+  f.kind = kind->get<std::string>();
+  if (!IsFaultKind(f.kind)) {
+    return InvalidArgument("fault.kind: unknown fault kind " + QuoteForMessage(f.kind) +
+                           "; one of xid, ecc, thermal, link-down, slow, hang, data-stall, "
+                           "loss-nan, grad-spike");
+  }
+  if (auto gpu = j.find("gpu"); gpu != j.end() && !gpu->is_null()) {
+    if (!gpu->is_number_integer() || gpu->get<int64_t>() < -1 || gpu->get<int64_t>() > 1023) {
+      return InvalidArgument(
+          "fault.gpu: expected a GPU index (0..1023) or -1 for the whole node, "
+          "got " +
+          QuoteForMessage(gpu->dump()));
+    }
+    f.gpu = gpu->get<int>();
+  }
+  if (auto d = j.find("duration"); d != j.end() && !d->is_null()) {
+    if (d->is_number_integer() && d->get<int64_t>() >= 0) {
+      f.duration = std::chrono::seconds(d->get<int64_t>());
+    } else if (d->is_string()) {
+      auto parsed = ParseDuration(d->get<std::string>());
+      if (!parsed.ok()) {
+        return InvalidArgument("fault.duration: " + std::string(parsed.status().message()));
+      }
+      f.duration = *parsed;
+    } else {
+      return InvalidArgument(
+          "fault.duration: expected a duration such as \"90s\" or a number "
+          "of seconds, got " +
+          QuoteForMessage(d->dump()));
+    }
+  }
+  return f;
+}
+
+ordered_json RenderAlert(const monitor::Alert& a) {
+  auto time = [](Timestamp t) -> ordered_json {
+    if (t == Timestamp{}) return nullptr;
+    return monitor::FormatRfc3339(t);
+  };
+  ordered_json j = {{"rule", a.rule},
+                    {"fingerprint", a.fingerprint},
+                    {"state", std::string(monitor::AlertStateName(a.state))},
+                    {"labels", a.labels},
+                    {"annotations", a.annotations},
+                    {"active_at", time(a.active_at)},
+                    {"starts_at", time(a.starts_at)},
+                    {"ends_at", time(a.ends_at)}};
+  if (std::isfinite(a.value)) {
+    j["value"] = a.value;
+  } else {
+    j["value"] = monitor::FormatValue(a.value);
+  }
+  return j;
 }
 
 Result<ProfileReport> ParseProfileReport(std::string_view body) {
@@ -786,6 +901,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   using httplib::Response;
   const std::string v1 = "/api/v1";
   std::vector<RouteInfo> routes;
+  Alerting* const alerting = options.alerting;
 
   http.set_payload_max_length(kMaxRequestBytes);
   http.set_error_handler([](const Request& req, Response& res) {
@@ -1637,7 +1753,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
        });
   user(
       "POST", R"(/runs/([^/]+)/metrics)", Action::kManageJob,
-      [visible_job, no_series, series](const Request& req, Response& res, Call& call) {
+      [visible_job, no_series, series, alerting](const Request& req, Response& res, Call& call) {
         if (no_series(res)) return;
         auto v = visible_job(req, call, Action::kManageJob);
         if (!v.ok()) return SendError(res, v.status());
@@ -1658,6 +1774,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
           batch = track::ParseBatchJson(v->job.id, req.body, now_ms);
         }
         if (!batch.ok()) return SendError(res, batch.status());
+        if (alerting != nullptr) alerting->ObserveMetrics(v->job.id, batch->appends);
         if (Status s = series->Append(batch->appends); !s.ok()) return SendError(res, s);
         if (Status s = series->PutParams(v->job.id, batch->params); !s.ok()) {
           return SendError(res, s);
@@ -1709,16 +1826,183 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
          res.set_content(out.dump() + "\n", "application/json");
        });
 
+  // --- alerts, diagnosis and fault injection (docs/alerts.md, docs/diagnose.md,
+  // docs/faults.md) ---
+  auto no_alerting = [alerting](Response& res) {
+    if (alerting != nullptr) return false;
+    SendError(res, Unavailable("this server does not evaluate alert rules"));
+    return true;
+  };
+  // Alerts about a tenant's jobs are that tenant's; alerts about nodes, everyone's.
+  auto may_see_alert = [](const Principal& who, const monitor::Labels& labels) {
+    auto t = labels.find("tenant");
+    return t == labels.end() || CanSeeTenant(who, t->second);
+  };
+  user("GET", "/alerts", Action::kReadCluster,
+       [alerting, no_alerting, may_see_alert](const Request& req, Response& res, Call& call) {
+         if (no_alerting(res)) return;
+         if (Status s = CheckParams(req.params, {"state", "rule", "job", "node"}); !s.ok()) {
+           return SendError(res, s);
+         }
+         std::set<std::string> states;
+         if (auto p = Param(req.params, "state")) {
+           std::vector<std::string> words;
+           for (size_t pos = 0; pos <= p->size();) {
+             const size_t comma = std::min(p->find(',', pos), p->size());
+             words.push_back(p->substr(pos, comma - pos));
+             pos = comma + 1;
+           }
+           for (const std::string& st : words) {
+             if (st != "pending" && st != "firing" && st != "resolved") {
+               return SendError(
+                   res, InvalidArgument("state: unknown alert state " + QuoteForMessage(st) +
+                                        "; one of pending, firing, resolved"));
+             }
+             states.insert(st);
+           }
+         }
+         const std::string rule = Param(req.params, "rule").value_or("");
+         const std::string job = Param(req.params, "job").value_or("");
+         const std::string node = Param(req.params, "node").value_or("");
+         ordered_json out = ordered_json::array();
+         for (const monitor::Alert& a : alerting->Alerts()) {
+           if (!may_see_alert(call.who, a.labels)) continue;
+           if (!states.empty() && !states.contains(std::string(monitor::AlertStateName(a.state)))) {
+             continue;
+           }
+           auto label = [&](const char* k) {
+             auto it = a.labels.find(k);
+             return it == a.labels.end() ? std::string() : it->second;
+           };
+           if ((!rule.empty() && a.rule != rule) || (!job.empty() && label("job_id") != job) ||
+               (!node.empty() && label("node") != node)) {
+             continue;
+           }
+           out.push_back(RenderAlert(a));
+         }
+         SendJson(res, 200, {{"alerts", std::move(out)}});
+       });
+  user("GET", "/alerts/events", Action::kReadCluster,
+       [alerting, no_alerting, may_see_alert](const Request& req, Response& res, Call& call) {
+         if (no_alerting(res)) return;
+         if (Status s = CheckParams(req.params, {"limit"}); !s.ok()) return SendError(res, s);
+         int64_t limit = 100;
+         if (auto p = Param(req.params, "limit")) {
+           auto l = ParseInt("limit", *p, 1, 1000);
+           if (!l.ok()) return SendError(res, l.status());
+           limit = *l;
+         }
+         std::vector<AlertEvent> events = alerting->Events();
+         ordered_json out = ordered_json::array();
+         for (auto it = events.rbegin(); it != events.rend() && std::ssize(out) < limit; ++it) {
+           if (!may_see_alert(call.who, it->labels)) continue;
+           out.push_back({{"at", monitor::FormatRfc3339(it->at)},
+                          {"kind", it->kind},
+                          {"rule", it->rule},
+                          {"fingerprint", it->fingerprint},
+                          {"labels", it->labels},
+                          {"detail", it->detail}});
+         }
+         SendJson(res, 200, {{"events", std::move(out)}});  // newest first
+       });
+  user("GET", "/alerts/rules", Action::kReadCluster,
+       [alerting, no_alerting](const Request&, Response& res, Call&) {
+         if (no_alerting(res)) return;
+         ordered_json out = ordered_json::array();
+         for (const monitor::Rule& r : alerting->rules().rules) {
+           out.push_back({{"name", r.name},
+                          {"signal", r.signal},
+                          {"condition", std::string(monitor::ConditionKindName(r.condition.kind))},
+                          {"threshold", r.condition.threshold},
+                          {"window", FormatDuration(r.condition.window)},
+                          {"for", FormatDuration(r.for_duration)},
+                          {"keep_firing_for", FormatDuration(r.keep_firing_for)},
+                          {"severity", std::string(monitor::SeverityName(r.severity))},
+                          {"action", std::string(monitor::ActionKindName(r.action))},
+                          {"origin", r.origin}});
+         }
+         SendJson(res, 200, {{"rules", std::move(out)}, {"disabled", alerting->rules().disabled}});
+       });
+  user("GET", R"(/jobs/([^/]+)/diagnosis)", Action::kReadJobs,
+       [alerting, no_alerting, visible_job](const Request& req, Response& res, Call& call) {
+         if (no_alerting(res)) return;
+         auto v = visible_job(req, call, Action::kReadJobs);
+         if (!v.ok()) return SendError(res, v.status());
+         auto d = alerting->Diagnose(v->job.id);
+         if (!d.ok()) return SendError(res, d.status());
+         json out = json::parse(monitor::DiagnosisJson(*d));
+         out["text"] = monitor::RenderDiagnosis(*d);
+         SendJson(res, 200, out);
+       });
+  auto render_fault = [](const InjectedFault& f) {
+    return ordered_json{{"id", f.fault.id},
+                        {"node", f.node},
+                        {"kind", f.fault.kind},
+                        {"gpu", f.fault.gpu},
+                        {"until_ms", f.fault.until_ms},
+                        {"created", monitor::FormatRfc3339(f.created)},
+                        {"actor", f.actor}};
+  };
+  user("GET", "/faults", Action::kManageNodes,
+       [&cluster, render_fault](const Request&, Response& res, Call& call) {
+         if (Status s = Authorize(call.who, Action::kManageNodes, {}); !s.ok()) {
+           return SendError(res, s);
+         }
+         ordered_json out = ordered_json::array();
+         for (const InjectedFault& f : cluster.ListFaults()) out.push_back(render_fault(f));
+         SendJson(res, 200, {{"faults", std::move(out)}});
+       });
+  user("POST", R"(/nodes/([^/]+)/faults)", Action::kManageNodes,
+       [&cluster, render_fault](const Request& req, Response& res, Call& call) {
+         const std::string name = req.matches[1].str();
+         call.object = "node/" + name.substr(0, 128);
+         if (Status s = Authorize(call.who, Action::kManageNodes, {}); !s.ok()) {
+           return SendError(res, s);
+         }
+         auto f = ParseFaultRequest(req.body);
+         if (!f.ok()) return SendError(res, f.status());
+         auto injected = cluster.InjectFault(name, f->kind, f->gpu, f->duration, call.who.Actor());
+         if (!injected.ok()) return SendError(res, injected.status());
+         SendJson(res, 201, render_fault(*injected));
+       });
+  for (const char* pattern : {R"(/nodes/([^/]+)/faults)", R"(/nodes/([^/]+)/faults/([^/]+))"}) {
+    user("DELETE", pattern, Action::kManageNodes,
+         [&cluster](const Request& req, Response& res, Call& call) {
+           const std::string name = req.matches[1].str();
+           call.object = "node/" + name.substr(0, 128);
+           if (Status s = Authorize(call.who, Action::kManageNodes, {}); !s.ok()) {
+             return SendError(res, s);
+           }
+           auto n = cluster.ClearFaults(name, req.matches.size() > 2 ? req.matches[2].str() : "");
+           if (!n.ok()) return SendError(res, n.status());
+           SendJson(res, 200, {{"cleared", *n}});
+         });
+  }
+  user("DELETE", "/faults", Action::kManageNodes,
+       [&cluster](const Request&, Response& res, Call& call) {
+         if (Status s = Authorize(call.who, Action::kManageNodes, {}); !s.ok())
+           return SendError(res, s);
+         auto n = cluster.ClearFaults("", "");
+         if (!n.ok()) return SendError(res, n.status());
+         SendJson(res, 200, {{"cleared", *n}});
+       });
+
   // --- Prometheus: GET /metrics (docs/metrics.md) ---
   user_at(
       "GET", "/metrics", Action::kReadCluster,
-      [&cluster, series](const Request&, Response& res, Call& call) {
+      [&cluster, series, alerting, may_see_alert](const Request&, Response& res, Call& call) {
         MetricsPage page;
         page.now = Timestamp(std::chrono::duration_cast<Duration>(
             std::chrono::system_clock::now().time_since_epoch()));
         page.nodes = cluster.ListNodes();
         page.queues = cluster.ListQueues();
         page.cluster = cluster.Metrics();
+        if (alerting != nullptr) {
+          for (const monitor::Alert& a : alerting->Alerts()) {
+            if (may_see_alert(call.who, a.labels)) page.alerts.push_back(a);
+          }
+          page.alerting = alerting->Stats();
+        }
         // Running jobs' progress, of the tenants the caller may read.
         ListJobsRequest r;
         r.filter.states = {JobState::kRunning};
@@ -1791,16 +2075,18 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     SendJson(res, 200,
              {{"heartbeat_interval_ms", reply->heartbeat_interval.count()}, {"stop", reply->stop}});
   });
-  http.Post(v1 + "/agent/heartbeat", [&cluster, authorized](const Request& req, Response& res) {
-    if (!authorized(req, res)) return;
-    auto j = ParseJsonBody(req.body, "heartbeat");
-    if (!j.ok()) return SendError(res, j.status());
-    auto hb = ParseHeartbeat(*j);
-    if (!hb.ok()) return SendError(res, hb.status());
-    auto ack = cluster.HandleHeartbeat(*hb);
-    if (!ack.ok()) return SendError(res, ack.status());
-    SendJson(res, 200, {{"ack", *ack}});
-  });
+  http.Post(v1 + "/agent/heartbeat",
+            [&cluster, authorized, alerting](const Request& req, Response& res) {
+              if (!authorized(req, res)) return;
+              auto j = ParseJsonBody(req.body, "heartbeat");
+              if (!j.ok()) return SendError(res, j.status());
+              auto hb = ParseHeartbeat(*j);
+              if (!hb.ok()) return SendError(res, hb.status());
+              auto ack = cluster.HandleHeartbeat(*hb);
+              if (!ack.ok()) return SendError(res, ack.status());
+              if (alerting != nullptr) alerting->ObserveHeartbeat(*hb);
+              SendJson(res, 200, {{"ack", *ack}});
+            });
   http.Post(v1 + "/agent/poll", [&cluster, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "poll");
@@ -1844,8 +2130,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     if (!next.ok()) return SendError(res, next.status());
     SendJson(res, 200, {{"next_offset", *next}});
   });
-  http.Post(v1 + "/agent/metrics", [&cluster, &logs, authorized, series](const Request& req,
-                                                                         Response& res) {
+  http.Post(v1 + "/agent/metrics", [&cluster, &logs, authorized, series, alerting](
+                                       const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "metrics");
     if (!j.ok()) return SendError(res, j.status());
@@ -1879,6 +2165,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     // their checkpoints.
     if (*next == end && series != nullptr) {
       track::IngestBatch batch = track::DecodeRecords(t->job, t->rank, *lines);
+      if (alerting != nullptr) alerting->ObserveMetrics(t->job, batch.appends);
       Status s = series->Append(batch.appends);
       if (s.ok()) s = series->PutParams(t->job, batch.params);
       if (!s.ok()) {

@@ -25,6 +25,7 @@
 #include "core/auth.h"
 #include "core/status.h"
 #include "server/access.h"
+#include "server/alerting.h"
 #include "server/cluster.h"
 #include "server/logs.h"
 #include "server/profiles.h"
@@ -99,7 +100,20 @@ struct ApiOptions {
   track::SeriesStore* series = nullptr;
   // Where on-demand profiles are kept; without one the profile endpoints answer 503.
   ProfileStore* profiles = nullptr;
+  // Alert rules, signals and diagnosis; without it the alert and diagnosis endpoints
+  // answer 503 and agents' telemetry only updates the nodes.
+  Alerting* alerting = nullptr;
 };
+
+// POST /nodes/{name}/faults body: {"kind" (required), "gpu" (default -1: the whole
+// node), "duration" (a duration string or seconds; default 0: until cleared)}.
+struct FaultRequest {
+  std::string kind;
+  int gpu = -1;
+  Duration duration{0};
+};
+Result<FaultRequest> ParseFaultRequest(std::string_view body);
+nlohmann::ordered_json RenderAlert(const monitor::Alert& alert);
 
 // Who may call a route: anyone (health checks), agents (the join token), or users
 // (an API token, then the rules of core/auth.h for `action` on the object).

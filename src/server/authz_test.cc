@@ -111,8 +111,13 @@ class AuthzTest : public ::testing::Test {
     profiles_dir_ = ::testing::TempDir() + "/authz_test_profiles_" + std::to_string(getpid());
     std::filesystem::remove_all(profiles_dir_);
     profiles_ = std::make_unique<ProfileStore>(profiles_dir_, &clock_);
-    routes_ = InstallApi(http_, *cluster_, *logs_, *access_,
-                         ApiOptions{"join-secret", series_.get(), profiles_.get()});
+    AlertingOptions ao;
+    auto alerting = Alerting::Open(cluster_.get(), &clock_, ao);
+    ASSERT_TRUE(alerting.ok()) << alerting.status().ToString();
+    alerting_ = std::move(*alerting);
+    routes_ =
+        InstallApi(http_, *cluster_, *logs_, *access_,
+                   ApiOptions{"join-secret", series_.get(), profiles_.get(), alerting_.get()});
     port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -175,6 +180,12 @@ class AuthzTest : public ::testing::Test {
     return t.ok() ? t->token.id : "";
   }
   std::string Fresh() { return "new-" + std::to_string(++serial_); }
+  // A fault injected into node-0; returns its id.
+  std::string NewFault() {
+    auto f = cluster_->InjectFault("node-0", "slow", -1, Duration(0), "test");
+    EXPECT_TRUE(f.ok());
+    return f.ok() ? f->fault.id : "";
+  }
   // A new job of `scope` that has logged a few points of "loss".
   std::string NewJobWithLoss(const Caller& caller, Scope scope) {
     const std::string id = NewJob(caller, scope);
@@ -227,6 +238,7 @@ class AuthzTest : public ::testing::Test {
   std::unique_ptr<track::SeriesStore> series_;
   std::string profiles_dir_;
   std::unique_ptr<ProfileStore> profiles_;
+  std::unique_ptr<Alerting> alerting_;
   std::unique_ptr<AccessControl> access_;
   Principal admin_;
   std::map<std::string, std::string> tokens_;  // user -> token text
@@ -360,6 +372,35 @@ const std::map<std::string, Rule>& Rules() {
         },
         JobManager}},
       {"GET /metrics", ClusterRead("/metrics")},
+      {"GET /api/v1/alerts", ClusterRead("/api/v1/alerts?state=firing")},
+      {"GET /api/v1/alerts/events", ClusterRead("/api/v1/alerts/events")},
+      {"GET /api/v1/alerts/rules", ClusterRead("/api/v1/alerts/rules")},
+      {"GET /api/v1/jobs/([^/]+)/diagnosis", JobRead("/diagnosis")},
+      {"GET /api/v1/faults",
+       {kCluster,
+        [](AuthzTest&, const Caller&, Scope) {
+          return Request{"/api/v1/faults", ""};
+        },
+        AdminOnly}},
+      {"DELETE /api/v1/faults",
+       {kCluster,
+        [](AuthzTest&, const Caller&, Scope) {
+          return Request{"/api/v1/faults", ""};
+        },
+        AdminOnly}},
+      {"POST /api/v1/nodes/([^/]+)/faults",
+       {kCluster,
+        [](AuthzTest&, const Caller&, Scope) {
+          return Request{"/api/v1/nodes/node-0/faults", R"({"kind": "thermal", "gpu": 0})"};
+        },
+        AdminOnly}},
+      {"DELETE /api/v1/nodes/([^/]+)/faults", NodeManage("faults")},
+      {"DELETE /api/v1/nodes/([^/]+)/faults/([^/]+)",
+       {kCluster,
+        [](AuthzTest& t, const Caller&, Scope) {
+          return Request{"/api/v1/nodes/node-0/faults/" + t.NewFault(), ""};
+        },
+        AdminOnly}},
       {"GET /api/v1/nodes", ClusterRead("/api/v1/nodes")},
       {"GET /api/v1/nodes/([^/]+)", ClusterRead("/api/v1/nodes/node-0")},
       {"POST /api/v1/nodes/([^/]+)/cordon", NodeManage("cordon")},

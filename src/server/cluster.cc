@@ -103,6 +103,11 @@ struct NodeEntry {
   std::string health_message;
   Timestamp last_heartbeat{};
   std::vector<GpuTelemetry> telemetry;  // from the last heartbeat
+  std::vector<LinkTelemetry> links;
+  std::vector<DiskTelemetry> disks;
+  std::optional<HealthCheckResult> health_check;
+  std::vector<InjectedFault> faults;    // injected, not yet expired or cleared
+  std::vector<FaultSpec> sent_faults;   // the set last sent to the agent
   NodeState admin = NodeState::kReady;  // Ready, Cordoned or Draining
   std::deque<Command> commands;
   // What this node's long polls wait on (one per node, so that an event for one node
@@ -244,7 +249,15 @@ class Cluster::Impl {
                      const std::string& profile_id, int32_t steps);
   std::vector<NodeView> ListNodes();
   Result<NodeView> GetNode(const std::string& name);
-  Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor);
+  Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor,
+                           const std::string& reason);
+  Status RequeueExcluding(JobId id, const std::string& node, const std::string& why,
+                          const std::string& actor);
+  Status RequestCheckpoint(JobId id, const std::string& why, const std::string& actor);
+  Result<InjectedFault> InjectFault(const std::string& node, const std::string& kind, int gpu,
+                                    Duration duration, const std::string& actor);
+  Result<int> ClearFaults(const std::string& node, const std::string& id);
+  std::vector<InjectedFault> ListFaults();
   std::vector<QueueView> ListQueues();
   std::vector<Tenant> ListTenants();
   std::vector<PriorityClass> ListPriorityClasses();
@@ -392,6 +405,12 @@ class Cluster::Impl {
   }
   // Persists the node when its effective state (or record) changed.
   Status SyncNodeLocked(NodeEntry& n, const std::string& reason);
+  // A new health-check result of the node: a failing one cordons a Ready node (the
+  // check's output as the reason), a passing one uncordons a node the check cordoned.
+  Status ApplyHealthCheckLocked(NodeEntry& n, const std::optional<HealthCheckResult>& hc);
+  // Drops expired faults and sends every connected node whose fault set (its own plus
+  // comm-slow for jobs spanning a node with a link down) changed its new set.
+  void SyncFaultsLocked(bool force_node_resend, const std::string& node);
   const PriorityClass* ClassOf(const Job& job) const {
     auto it = classes_.find(job.spec.priority);
     return it == classes_.end() ? nullptr : &it->second;
@@ -461,6 +480,7 @@ class Cluster::Impl {
   std::condition_variable cv_;              // the loop's WaitForWork (dirty_, shutdown_)
   bool dirty_ = true;                       // GUARDED_BY(mu_)
   bool shutdown_ = false;                   // GUARDED_BY(mu_)
+  int64_t next_fault_ = 1;                  // GUARDED_BY(mu_): "f-<n>"
   std::map<JobId, JobEntry> jobs_;          // GUARDED_BY(mu_): active
   std::map<std::string, NodeEntry> nodes_;  // GUARDED_BY(mu_)
   std::map<std::string, Tenant> tenants_;   // GUARDED_BY(mu_)
@@ -1063,6 +1083,10 @@ std::vector<NodeView> Cluster::Impl::ListNodes() {
     v.connected = n.connected;
     v.last_heartbeat = n.last_heartbeat;
     v.telemetry = n.telemetry;
+    v.links = n.links;
+    v.disks = n.disks;
+    v.health_check = n.health_check;
+    for (const InjectedFault& f : n.faults) v.faults.push_back(f.fault);
     views[name] = std::move(v);
   }
   for (const auto& [id, e] : jobs_) {
@@ -1103,7 +1127,7 @@ Status Cluster::Impl::SyncNodeLocked(NodeEntry& n, const std::string& reason) {
 }
 
 Status Cluster::Impl::SetNodeAdminState(const std::string& name, NodeState state,
-                                        const std::string& actor) {
+                                        const std::string& actor, const std::string& reason) {
   std::lock_guard lk(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return NotFound("node " + QuoteForMessage(name) + " does not exist");
@@ -1113,7 +1137,7 @@ Status Cluster::Impl::SetNodeAdminState(const std::string& name, NodeState state
   const std::string verb = state == NodeState::kReady      ? "uncordoned"
                            : state == NodeState::kCordoned ? "cordoned"
                                                            : "drained";
-  if (Status s = SyncNodeLocked(n, verb + " by " + actor); !s.ok()) {
+  if (Status s = SyncNodeLocked(n, reason.empty() ? verb + " by " + actor : reason); !s.ok()) {
     n.admin = before;
     return s;
   }
@@ -1143,6 +1167,207 @@ Status Cluster::Impl::SetNodeAdminState(const std::string& name, NodeState state
     }
   }
   return Status::Ok();
+}
+
+Status Cluster::Impl::RequeueExcluding(JobId id, const std::string& node, const std::string& why,
+                                       const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("job " + std::to_string(id) + " is not active");
+  JobEntry& e = it->second;
+  if (e.job.state != JobState::kRunning || !e.gang || e.gang->stopping != Stopping::kNone) {
+    return FailedPrecondition("job " + std::to_string(id) + " is " +
+                              std::string(JobStateName(e.job.state)) +
+                              "; only a Running job can be requeued");
+  }
+  const Timestamp now = clock_->Now();
+  Job next = e.job;
+  if (std::find(next.excluded_nodes.begin(), next.excluded_nodes.end(), node) ==
+      next.excluded_nodes.end()) {
+    next.excluded_nodes.push_back(node);
+  }
+  const std::string reason = why + "; requeued excluding node " + node;
+  TY_RETURN_IF_ERROR(next.TransitionTo(JobState::kPreempting, now, reason));
+  store::WriteBatch b;
+  b.PutJob(next);
+  b.AppendEvent(
+      id, now, actor, "Preempting",
+      reason + "; work since the last checkpoint so far: " + FormatDuration(e.job.LostWorkAt(now)));
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  e.job = std::move(next);
+  SendPreemptNotices(e);
+  dirty_ = true;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status Cluster::Impl::RequestCheckpoint(JobId id, const std::string& why,
+                                        const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound("job " + std::to_string(id) + " is not active");
+  JobEntry& e = it->second;
+  if (e.job.state != JobState::kRunning || !e.gang) {
+    return FailedPrecondition("job " + std::to_string(id) + " is " +
+                              std::string(JobStateName(e.job.state)) +
+                              "; only a Running job can be asked for a checkpoint");
+  }
+  store::WriteBatch b;
+  b.AppendEvent(id, clock_->Now(), actor, "CheckpointRequested", why);
+  TY_RETURN_IF_ERROR(CommitLocked(b));
+  for (const Rank& r : e.gang->ranks) {
+    if (Done(r.state)) continue;
+    Command c;
+    c.kind = Command::Kind::kCheckpoint;
+    c.task_id = TaskId(id, e.gang->attempt, r.rank);
+    Push(r.node, std::move(c));
+  }
+  return Status::Ok();
+}
+
+Status Cluster::Impl::ApplyHealthCheckLocked(NodeEntry& n,
+                                             const std::optional<HealthCheckResult>& hc) {
+  if (!hc || n.health_check == hc) return Status::Ok();
+  n.health_check = hc;
+  const bool cordoned_by_check =
+      n.admin == NodeState::kCordoned && n.node.state_reason.starts_with(kHealthCheckCordonPrefix);
+  if (!hc->ok) {
+    if (n.admin != NodeState::kReady && !cordoned_by_check) return Status::Ok();
+    std::string output = hc->output.substr(0, hc->output.find('\n'));
+    if (output.size() > 200) output = output.substr(0, 200) + "...";
+    const NodeState before = n.admin;
+    n.admin = NodeState::kCordoned;
+    std::string reason = std::string(kHealthCheckCordonPrefix) +
+                         (hc->trigger.empty() ? "" : " (" + hc->trigger + ")") + ": " +
+                         (output.empty() ? "no output" : output);
+    if (Status s = SyncNodeLocked(n, reason); !s.ok()) {
+      n.admin = before;
+      return s;
+    }
+  } else if (cordoned_by_check) {
+    n.admin = NodeState::kReady;
+    if (Status s = SyncNodeLocked(n, ""); !s.ok()) {
+      n.admin = NodeState::kCordoned;
+      return s;
+    }
+  }
+  dirty_ = true;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Result<InjectedFault> Cluster::Impl::InjectFault(const std::string& node, const std::string& kind,
+                                                 int gpu, Duration duration,
+                                                 const std::string& actor) {
+  std::lock_guard lk(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return NotFound("node " + QuoteForMessage(node) + " does not exist");
+  if (!IsFaultKind(kind)) {
+    std::string kinds;
+    for (std::string_view k : kFaultKinds) kinds += (kinds.empty() ? "" : ", ") + std::string(k);
+    return InvalidArgument("kind: unknown fault kind " + QuoteForMessage(kind) + "; one of " +
+                           kinds);
+  }
+  const int gpus = static_cast<int>(it->second.node.gpus.size());
+  if (gpu < -1 || (gpu >= 0 && gpu >= std::max(gpus, 1))) {
+    return InvalidArgument("gpu: node " + node + " has " + std::to_string(gpus) +
+                           " GPU(s) (indices 0.." + std::to_string(std::max(gpus, 1) - 1) +
+                           "), got " + std::to_string(gpu));
+  }
+  if (duration.count() < 0 || duration > std::chrono::hours(24 * 7)) {
+    return InvalidArgument("duration: must be 0 (until cleared) up to 7d, got " +
+                           FormatDuration(duration));
+  }
+  const Timestamp now = clock_->Now();
+  InjectedFault f;
+  f.node = node;
+  f.fault.id = "f-" + std::to_string(next_fault_++);
+  f.fault.kind = kind;
+  f.fault.gpu = gpu;
+  f.fault.until_ms = duration.count() > 0 ? (now + duration).time_since_epoch().count() : 0;
+  f.created = now;
+  f.actor = actor;
+  it->second.faults.push_back(f);
+  SyncFaultsLocked(false, "");
+  return f;
+}
+
+Result<int> Cluster::Impl::ClearFaults(const std::string& node, const std::string& id) {
+  std::lock_guard lk(mu_);
+  if (!node.empty() && !nodes_.contains(node)) {
+    return NotFound("node " + QuoteForMessage(node) + " does not exist");
+  }
+  int cleared = 0;
+  for (auto& [name, n] : nodes_) {
+    if (!node.empty() && name != node) continue;
+    const size_t before = n.faults.size();
+    std::erase_if(n.faults, [&](const InjectedFault& f) { return id.empty() || f.fault.id == id; });
+    cleared += static_cast<int>(before - n.faults.size());
+  }
+  if (!id.empty() && cleared == 0) {
+    return NotFound("no fault " + QuoteForMessage(id) +
+                    (node.empty() ? std::string() : " on node " + node));
+  }
+  SyncFaultsLocked(false, "");
+  return cleared;
+}
+
+std::vector<InjectedFault> Cluster::Impl::ListFaults() {
+  std::lock_guard lk(mu_);
+  std::vector<InjectedFault> out;
+  for (const auto& [name, n] : nodes_) out.insert(out.end(), n.faults.begin(), n.faults.end());
+  return out;
+}
+
+void Cluster::Impl::SyncFaultsLocked(bool force_node_resend, const std::string& node) {
+  const bool any = std::any_of(nodes_.begin(), nodes_.end(), [](const auto& kv) {
+    return !kv.second.faults.empty() || !kv.second.sent_faults.empty();
+  });
+  if (!any && !force_node_resend) return;
+  const int64_t now_ms = clock_->Now().time_since_epoch().count();
+  std::map<std::string, std::vector<FaultSpec>> want;
+  for (auto& [name, n] : nodes_) {
+    std::erase_if(n.faults, [&](const InjectedFault& f) {
+      return f.fault.until_ms != 0 && f.fault.until_ms <= now_ms;
+    });
+    std::vector<FaultSpec>& set = want[name];
+    for (const InjectedFault& f : n.faults) set.push_back(f.fault);
+  }
+  // A link down slows every rank of the jobs that span the node (they wait on it in
+  // their collectives): their other nodes get comm-slow for those jobs.
+  for (const auto& [name, n] : nodes_) {
+    for (const InjectedFault& f : n.faults) {
+      if (f.fault.kind != "link-down") continue;
+      for (const auto& [id, e] : jobs_) {
+        if (!e.gang) continue;
+        const auto on = [&](const Rank& r) { return r.node == name && !Done(r.state); };
+        if (std::none_of(e.gang->ranks.begin(), e.gang->ranks.end(), on)) continue;
+        std::set<std::string> others;
+        for (const Rank& r : e.gang->ranks) {
+          if (r.node != name && !Done(r.state)) others.insert(r.node);
+        }
+        for (const std::string& other : others) {
+          FaultSpec c;
+          c.id = f.fault.id + "/job-" + std::to_string(id);
+          c.kind = std::string(kCommSlowFault);
+          c.until_ms = f.fault.until_ms;
+          c.job_id = id;
+          want[other].push_back(std::move(c));
+        }
+      }
+    }
+  }
+  for (auto& [name, n] : nodes_) {
+    std::vector<FaultSpec>& set = want[name];
+    const bool forced = force_node_resend && name == node;
+    if (!forced && set == n.sent_faults) continue;
+    if (!n.connected) continue;
+    n.sent_faults = set;
+    Command c;
+    c.kind = Command::Kind::kFaults;
+    c.faults = set;
+    Push(name, std::move(c));
+  }
 }
 
 std::vector<QueueView> Cluster::Impl::ListQueues() {
@@ -1617,6 +1842,12 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
     TY_RETURN_IF_ERROR(CommitLocked(b));
     n.node = std::move(stored);
   }
+  n.health_check.reset();
+  TY_RETURN_IF_ERROR(ApplyHealthCheckLocked(n, reg.health_check));
+  // A (re)started agent holds no faults: it gets the node's set if there is one. One
+  // that holds faults this process never sent says so in its heartbeats (below).
+  n.sent_faults.clear();
+  SyncFaultsLocked(/*force_node_resend=*/false, name);
   RegisterReply reply;
   reply.heartbeat_interval = opt_.heartbeat_interval;
   std::set<JobId> touched;
@@ -1677,6 +1908,16 @@ Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat&
   const Timestamp now = clock_->Now();
   n.last_heartbeat = now;
   n.telemetry = hb.gpus;
+  n.links = hb.links;
+  n.disks = hb.disks;
+  TY_RETURN_IF_ERROR(ApplyHealthCheckLocked(n, hb.health_check));
+  {
+    // The agent's active faults differ from what it was last sent (this server
+    // restarted, or a command was lost): send its set again.
+    std::set<std::string> sent, held(hb.faults.begin(), hb.faults.end());
+    for (const FaultSpec& f : n.sent_faults) sent.insert(f.id);
+    if (sent != held) SyncFaultsLocked(/*force_node_resend=*/true, hb.node);
+  }
   if (n.healthy != hb.health_ok) {
     n.healthy = hb.health_ok;
     n.health_message = hb.health_message;
@@ -1799,6 +2040,8 @@ Status Cluster::Impl::Tick() {
         e, Stopping::kTimeLimit,
         std::string(kTimeLimitPrefix) + ": " + FormatDuration(e.job.spec.time_limit)));
   }
+  // Expired faults, and comm-slow following gangs that started or stopped.
+  SyncFaultsLocked(false, "");
   return Status::Ok();
 }
 
@@ -2031,9 +2274,24 @@ Status Cluster::SendProfile(JobId id, int32_t attempt, const std::vector<int32_t
 std::vector<NodeView> Cluster::ListNodes() { return impl_->ListNodes(); }
 Result<NodeView> Cluster::GetNode(const std::string& name) { return impl_->GetNode(name); }
 Status Cluster::SetNodeAdminState(const std::string& name, NodeState state,
-                                  const std::string& actor) {
-  return impl_->SetNodeAdminState(name, state, actor);
+                                  const std::string& actor, const std::string& reason) {
+  return impl_->SetNodeAdminState(name, state, actor, reason);
 }
+Status Cluster::RequeueExcluding(JobId id, const std::string& node, const std::string& why,
+                                 const std::string& actor) {
+  return impl_->RequeueExcluding(id, node, why, actor);
+}
+Status Cluster::RequestCheckpoint(JobId id, const std::string& why, const std::string& actor) {
+  return impl_->RequestCheckpoint(id, why, actor);
+}
+Result<InjectedFault> Cluster::InjectFault(const std::string& node, const std::string& kind,
+                                           int gpu, Duration duration, const std::string& actor) {
+  return impl_->InjectFault(node, kind, gpu, duration, actor);
+}
+Result<int> Cluster::ClearFaults(const std::string& node, const std::string& id) {
+  return impl_->ClearFaults(node, id);
+}
+std::vector<InjectedFault> Cluster::ListFaults() { return impl_->ListFaults(); }
 std::vector<QueueView> Cluster::ListQueues() { return impl_->ListQueues(); }
 std::vector<Tenant> Cluster::ListTenants() { return impl_->ListTenants(); }
 std::vector<PriorityClass> Cluster::ListPriorityClasses() { return impl_->ListPriorityClasses(); }

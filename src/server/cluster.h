@@ -108,9 +108,25 @@ struct NodeView {
   bool connected = false;      // registered with this server process and heartbeating
   Timestamp last_heartbeat{};  // 0 when never since this server started
   int64_t gpus_used = 0;
-  std::vector<JobId> jobs;               // with ranks on it
-  std::vector<std::string> job_tenants;  // the tenant of each of `jobs`
-  std::vector<GpuTelemetry> telemetry;   // from the last heartbeat, by GPU index
+  std::vector<JobId> jobs;                        // with ranks on it
+  std::vector<std::string> job_tenants;           // the tenant of each of `jobs`
+  std::vector<GpuTelemetry> telemetry;            // from the last heartbeat, by GPU index
+  std::vector<LinkTelemetry> links;               // from the last heartbeat
+  std::vector<DiskTelemetry> disks;               // from the last heartbeat
+  std::optional<HealthCheckResult> health_check;  // the latest, when the agent runs one
+  std::vector<FaultSpec> faults;                  // injected and active (not comm-slow)
+};
+
+// The admin-state reason of a node its health check cordoned; a passing check
+// uncordons only a node whose reason starts with it.
+inline constexpr std::string_view kHealthCheckCordonPrefix = "health check failed";
+
+// A fault injected into a node (docs/faults.md).
+struct InjectedFault {
+  std::string node;
+  FaultSpec fault;
+  Timestamp created;
+  std::string actor;
 };
 
 struct QueueView {
@@ -218,7 +234,30 @@ class Cluster {
   Result<NodeView> GetNode(const std::string& name);
   // Cordon: no new work. Drain: no new work, and its gangs are preempted (requeued).
   // Uncordon: Ready again.
-  Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor);
+  // `reason` (optional) replaces "cordoned by <actor>" as the node's state reason.
+  Status SetNodeAdminState(const std::string& name, NodeState state, const std::string& actor,
+                           const std::string& reason = "");
+
+  // --- remediation (alert actions, docs/alerts.md) -----------------------------------
+  // Checkpoint-and-requeue: preempts the Running job (notice, grace, checkpoint) and
+  // adds `node` to the nodes it must not use again, in one commit. FailedPrecondition
+  // unless the job is Running and not being stopped.
+  Status RequeueExcluding(JobId id, const std::string& node, const std::string& why,
+                          const std::string& actor);
+  // Asks every running rank of the job to save a checkpoint now (the `checkpoint`
+  // command; the SDK's checkpoint_requested()). FailedPrecondition unless Running.
+  Status RequestCheckpoint(JobId id, const std::string& why, const std::string& actor);
+
+  // --- fault injection (simulated GPUs and the example trainer, docs/faults.md) ------
+  // Injects a fault of `kind` (kFaultKinds) into `node`, GPU `gpu` (-1: the whole node),
+  // for `duration` (0: until cleared). The node's agent gets its whole fault set again.
+  // Faults are not persisted: a restarted server starts with none and clears agents'.
+  Result<InjectedFault> InjectFault(const std::string& node, const std::string& kind, int gpu,
+                                    Duration duration, const std::string& actor);
+  // Clears the fault `id` of `node` (empty: every fault of the node; empty node: every
+  // fault). Returns how many were cleared; NotFound for a node or id that has none.
+  Result<int> ClearFaults(const std::string& node, const std::string& id);
+  std::vector<InjectedFault> ListFaults();
 
   std::vector<QueueView> ListQueues();
   std::vector<Tenant> ListTenants();

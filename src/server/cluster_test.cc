@@ -788,5 +788,178 @@ TEST_F(ClusterTest, SecretEnvValuesReachRanksButNeverEventsOrMessages) {
   }
 }
 
+// ---- health checks, faults, remediation ------------------------------------------------
+
+HealthCheckResult Check(bool ok, const std::string& output, const std::string& trigger) {
+  HealthCheckResult r;
+  r.ok = ok;
+  r.output = output;
+  r.trigger = trigger;
+  return r;
+}
+
+TEST_F(ClusterTest, FailingHealthCheckCordonsAndPassingOneUncordons) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  Heartbeat hb;
+  hb.node = "node-0";
+  hb.health_check = Check(false, "gpu 2: ECC page retirement pending\nmore", "periodic");
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  auto n = cluster_->GetNode("node-0");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->node.state, NodeState::kCordoned);
+  EXPECT_EQ(n->node.state_reason,
+            "health check failed (periodic): gpu 2: ECC page retirement pending");
+  ASSERT_TRUE(n->health_check.has_value());
+  EXPECT_FALSE(n->health_check->ok);
+  // Stored: a restarted server knows why the node is cordoned.
+  auto stored = store_.LoadAll();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->nodes[0].state, NodeState::kCordoned);
+
+  hb.health_check = Check(true, "all good", "periodic");
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  EXPECT_EQ(cluster_->GetNode("node-0")->node.state, NodeState::kReady);
+}
+
+TEST_F(ClusterTest, PassingHealthCheckLeavesAnAdminsCordonAlone) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->SetNodeAdminState("node-0", NodeState::kCordoned, "user:ops").ok());
+  Heartbeat hb;
+  hb.node = "node-0";
+  hb.health_check = Check(false, "bad", "join");
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  EXPECT_EQ(cluster_->GetNode("node-0")->node.state_reason, "cordoned by user:ops");
+  hb.health_check = Check(true, "", "periodic");
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  EXPECT_EQ(cluster_->GetNode("node-0")->node.state, NodeState::kCordoned);
+}
+
+TEST_F(ClusterTest, HealthCheckAtRegistrationCordonsBeforeAnythingIsPlaced) {
+  Registration r = Node("node-0", 4, "10.0.0.1");
+  r.health_check = Check(false, "nvidia-smi: no devices", "join");
+  ASSERT_TRUE(cluster_->Register(r).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 1}\ncommand: [x]\n");
+  Pass();
+  EXPECT_EQ(State(id), JobState::kPending);
+  EXPECT_EQ(cluster_->GetNode("node-0")->node.state, NodeState::kCordoned);
+}
+
+TEST_F(ClusterTest, InjectedFaultsReachTheAgentAndLinkDownSlowsTheJobsOtherNodes) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  Pass();
+  Commands("node-0");
+  Commands("node-1");
+  auto f = cluster_->InjectFault("node-0", "link-down", -1, Duration(0), "user:ops");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->fault.id, "f-1");
+  auto c0 = Commands("node-0");
+  ASSERT_THAT(c0, SizeIs(1));
+  EXPECT_EQ(c0[0].kind, Command::Kind::kFaults);
+  ASSERT_THAT(c0[0].faults, SizeIs(1));
+  EXPECT_EQ(c0[0].faults[0].kind, "link-down");
+  auto c1 = Commands("node-1");
+  ASSERT_THAT(c1, SizeIs(1));
+  ASSERT_THAT(c1[0].faults, SizeIs(1));
+  EXPECT_EQ(c1[0].faults[0].kind, "comm-slow");
+  EXPECT_EQ(c1[0].faults[0].job_id, id);
+  // Nothing changed: nothing is sent again.
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_THAT(Commands("node-0"), IsEmpty());
+  // An agent that reports other faults than it was sent gets its set again.
+  Heartbeat hb;
+  hb.node = "node-0";
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  EXPECT_THAT(Commands("node-0"), SizeIs(1));
+  hb.faults = {"f-1"};
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  EXPECT_THAT(Commands("node-0"), IsEmpty());
+
+  auto cleared = cluster_->ClearFaults("node-0", "");
+  ASSERT_TRUE(cleared.ok());
+  EXPECT_EQ(*cleared, 1);
+  c0 = Commands("node-0");
+  ASSERT_THAT(c0, SizeIs(1));
+  EXPECT_THAT(c0[0].faults, IsEmpty());
+  c1 = Commands("node-1");
+  ASSERT_THAT(c1, SizeIs(1));
+  EXPECT_THAT(c1[0].faults, IsEmpty());
+}
+
+TEST_F(ClusterTest, FaultsExpireAndBadFaultsAreRefusedByName) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  auto f = cluster_->InjectFault("node-0", "thermal", 2, std::chrono::seconds(30), "user:ops");
+  ASSERT_TRUE(f.ok());
+  EXPECT_THAT(Commands("node-0"), SizeIs(1));
+  clock_.Advance(std::chrono::seconds(31));
+  Heartbeat hb;  // the agent holds f-1 still (its own clock may lag)
+  hb.node = "node-0";
+  hb.faults = {"f-1"};
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  ASSERT_TRUE(cluster_->Tick().ok());
+  auto c = Commands("node-0");
+  ASSERT_THAT(c, SizeIs(1));
+  EXPECT_THAT(c[0].faults, IsEmpty());
+  EXPECT_THAT(cluster_->ListFaults(), IsEmpty());
+
+  auto bad = cluster_->InjectFault("node-0", "meltdown", -1, Duration(0), "u");
+  EXPECT_THAT(bad.status().message(), HasSubstr("unknown fault kind \"meltdown\"; one of xid"));
+  bad = cluster_->InjectFault("node-0", "xid", 4, Duration(0), "u");
+  EXPECT_THAT(bad.status().message(), HasSubstr("node node-0 has 4 GPU(s) (indices 0..3), got 4"));
+  bad = cluster_->InjectFault("node-9", "xid", 0, Duration(0), "u");
+  EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cluster_->ClearFaults("node-0", "f-77").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, RequeueExcludingPreemptsAndKeepsTheJobOffTheNode) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit("name: one\nresources: {gpus: 4}\ncommand: [x]\n");
+  Pass();
+  auto v = cluster_->GetJob(id);
+  ASSERT_TRUE(v.ok());
+  const std::string node = v->ranks[0].node;
+  auto start = Commands(node);
+  ASSERT_THAT(start, SizeIs(1));
+  Beat(node, {Task(start[0], "running")});
+  EXPECT_EQ(State(id), JobState::kRunning);
+  ASSERT_TRUE(
+      cluster_->RequeueExcluding(id, node, "alert RankStraggler", "alert:RankStraggler").ok());
+  EXPECT_EQ(State(id), JobState::kPreempting);
+  EXPECT_THAT(Stored(id).excluded_nodes, ElementsAre(node));
+  auto notice = Commands(node);
+  ASSERT_THAT(notice, SizeIs(1));
+  EXPECT_EQ(notice[0].kind, Command::Kind::kPreempt);
+  Beat(node, {Task(start[0], "exited", 75)});
+  EXPECT_EQ(State(id), JobState::kPending);
+  Pass();
+  v = cluster_->GetJob(id);
+  ASSERT_TRUE(v.ok());
+  ASSERT_THAT(v->ranks, SizeIs(1));
+  EXPECT_NE(v->ranks[0].node, node);
+  // Only a Running job.
+  EXPECT_EQ(cluster_->RequeueExcluding(id, node, "x", "y").code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClusterTest, RequestCheckpointSendsEveryRankTheCommand) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  EXPECT_EQ(cluster_->RequestCheckpoint(id, "why", "alert:X").code(),
+            StatusCode::kFailedPrecondition);
+  Pass();
+  auto s0 = Commands("node-0");
+  auto s1 = Commands("node-1");
+  Beat("node-0", {Task(s0[0], "running")});
+  Beat("node-1", {Task(s1[0], "running")});
+  ASSERT_TRUE(cluster_->RequestCheckpoint(id, "alert CheckpointOverdue", "alert:X").ok());
+  auto c0 = Commands("node-0");
+  ASSERT_THAT(c0, SizeIs(1));
+  EXPECT_EQ(c0[0].kind, Command::Kind::kCheckpoint);
+  EXPECT_EQ(c0[0].task_id, s0[0].start.task_id);
+  EXPECT_THAT(Commands("node-1"), SizeIs(1));
+}
+
 }  // namespace
 }  // namespace trainyard::server

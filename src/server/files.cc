@@ -27,4 +27,20 @@ Status AppendFile(const std::string& path, std::string_view data) {
   return Status::Ok();
 }
 
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return Internal("cannot create the directory of " + path + ": " + ec.message());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return Internal("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) return Internal("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
 }  // namespace trainyard::server

@@ -17,5 +17,9 @@ int64_t FileSize(const std::string& path);
 // Internal when the file cannot be opened, ResourceExhausted when the write fails
 // (a full disk).
 Status AppendFile(const std::string& path, std::string_view data);
+// Writes `text` to `path` through a temporary file and a rename, so a reader (or a
+// restart after a crash) sees the old content or the new, never a part; creates the
+// parent directories.
+Status WriteFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace trainyard::server

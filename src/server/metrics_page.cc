@@ -202,6 +202,39 @@ std::string RenderMetricsPage(const MetricsPage& page) {
   e.Family("trainyard_job_attempts", "Attempts the job has made (retries and preemptions add one).",
            MetricType::kGauge);
   for (const JobProgress& j : page.jobs) e.Sample(job_labels(j), static_cast<double>(j.attempts));
+
+  // --- alerts, as Prometheus exposes its own: ALERTS{alertname, alertstate, ...} 1 ---
+  e.Family("ALERTS", "Pending and firing alerts of Trainyard's rules (docs/alerts.md).",
+           MetricType::kGauge);
+  for (const monitor::Alert& a : page.alerts) {
+    if (a.state == monitor::AlertState::kResolved) continue;
+    MetricLabels l(a.labels.begin(), a.labels.end());
+    l.emplace_back("alertstate", std::string(monitor::AlertStateName(a.state)));
+    e.Sample(l, 1);
+  }
+  if (page.alerting) {
+    const AlertingStats& s = *page.alerting;
+    e.Family("trainyard_alert_evaluations_total", "Evaluations of the alert rules.",
+             MetricType::kCounter);
+    e.Sample({}, static_cast<double>(s.evaluations));
+    e.Family("trainyard_alert_evaluation_seconds", "How long the last evaluation took.",
+             MetricType::kGauge);
+    e.Sample({}, s.last_evaluation_seconds);
+    e.Family("trainyard_alert_notifications_total",
+             "Webhook notifications delivered (sent) or given up on (failed).",
+             MetricType::kCounter);
+    e.Sample({{"result", "sent"}}, static_cast<double>(s.webhook_sent));
+    e.Sample({{"result", "failed"}}, static_cast<double>(s.webhook_failed));
+    e.Family("trainyard_alert_actions_total",
+             "Alert actions carried out (done), refused by a safety limit (suppressed) or failed.",
+             MetricType::kCounter);
+    e.Sample({{"result", "done"}}, static_cast<double>(s.actions_done));
+    e.Sample({{"result", "suppressed"}}, static_cast<double>(s.actions_suppressed));
+    e.Sample({{"result", "failed"}}, static_cast<double>(s.actions_failed));
+    e.Family("trainyard_alert_signal_series", "Signal series the alert engine holds in memory.",
+             MetricType::kGauge);
+    e.Sample({}, static_cast<double>(s.signal_series));
+  }
   return e.Text();
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "monitor/engine.h"
+#include "server/alerting.h"
 #include "server/cluster.h"
 
 namespace trainyard::server {
@@ -37,6 +39,9 @@ struct MetricsPage {
   std::vector<QueueView> queues;
   ClusterMetrics cluster;
   std::vector<JobProgress> jobs;
+  // Pending and firing alerts the caller may see (ALERTS), and the alerting counters.
+  std::vector<monitor::Alert> alerts;
+  std::optional<AlertingStats> alerting;
 };
 
 std::string RenderMetricsPage(const MetricsPage& page);

@@ -103,22 +103,6 @@ std::optional<ProfileRequest> FromJson(const json& j) {
   }
 }
 
-Status WriteAtomically(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) return Internal("cannot create the directory of " + path + ": " + ec.message());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return Internal("cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) return Internal("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
 // Empty when `path` holds a JSON object or array, else why not. SAX parsing: nothing
 // of the document is kept in memory.
 std::string CheckTraceJson(const std::string& path) {
@@ -214,7 +198,7 @@ Result<ProfileRequest*> ProfileStore::FindLocked(JobId job, const std::string& i
 }
 
 Status ProfileStore::WriteLocked(const ProfileRequest& r) {
-  return WriteAtomically(RequestDir(r.job, r.id) + "/request.json", ToJson(r).dump(2) + "\n");
+  return WriteFileAtomically(RequestDir(r.job, r.id) + "/request.json", ToJson(r).dump(2) + "\n");
 }
 
 Status ProfileStore::SaveLocked(ProfileRequest& current, ProfileRequest next) {

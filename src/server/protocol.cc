@@ -109,7 +109,49 @@ Result<std::vector<TaskStatus>> ParseTasks(const Fields& f) {
   return out;
 }
 
+// A list field of at most `max` entries, each an object parsed by `one`.
+template <typename T, typename F>
+Status ObjectList(const Fields& f, const char* key, size_t max, std::vector<T>& out, F one) {
+  const json* list = f.Get(key);
+  if (list == nullptr) return Status::Ok();
+  if (!list->is_array() || list->size() > max) {
+    return InvalidArgument(f.Path(key) + ": expected a list of at most " + std::to_string(max) +
+                           " objects, got " + Show(*list));
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    TY_ASSIGN_OR_RETURN(Fields item,
+                        Fields::Open((*list)[i], f.Path(key) + "[" + std::to_string(i) + "]"));
+    T value;
+    TY_RETURN_IF_ERROR(one(item, value));
+    out.push_back(std::move(value));
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<HealthCheckResult>> ParseHealthCheck(const Fields& f) {
+  const json* hc = f.Get("health_check");
+  if (hc == nullptr) return std::optional<HealthCheckResult>();
+  TY_ASSIGN_OR_RETURN(Fields h, Fields::Open(*hc, f.Path("health_check")));
+  HealthCheckResult r;
+  if (const json* ok = h.Get("ok"); ok == nullptr) {
+    return InvalidArgument(h.Path("ok") + ": missing");
+  }
+  TY_RETURN_IF_ERROR(h.Bool("ok", r.ok));
+  TY_RETURN_IF_ERROR(h.Str("output", r.output));
+  if (r.output.size() > 8192) r.output.resize(8192);
+  TY_RETURN_IF_ERROR(h.Integer("at_ms", r.at_ms));
+  TY_RETURN_IF_ERROR(h.Str("trigger", r.trigger));
+  return std::optional<HealthCheckResult>(std::move(r));
+}
+
 }  // namespace
+
+bool IsFaultKind(std::string_view kind) {
+  for (std::string_view k : kFaultKinds) {
+    if (k == kind) return true;
+  }
+  return false;
+}
 
 std::string TaskId(JobId job, int32_t attempt, int32_t rank) {
   return std::to_string(job) + "." + std::to_string(attempt) + "." + std::to_string(rank);
@@ -177,6 +219,7 @@ Result<Registration> ParseRegistration(const json& j) {
   }
   TY_RETURN_IF_ERROR(ValidateNode(n));
   TY_ASSIGN_OR_RETURN(r.tasks, ParseTasks(top));
+  TY_ASSIGN_OR_RETURN(r.health_check, ParseHealthCheck(top));
   return r;
 }
 
@@ -232,6 +275,32 @@ Result<Heartbeat> ParseHeartbeat(const json& j) {
       h.gpus.push_back(t);
     }
   }
+  TY_RETURN_IF_ERROR(ObjectList(f, "links", 256, h.links, [](const Fields& l, LinkTelemetry& v) {
+    TY_RETURN_IF_ERROR(l.Str("name", v.name, true));
+    TY_RETURN_IF_ERROR(l.Str("kind", v.kind));
+    TY_RETURN_IF_ERROR(l.Bool("up", v.up));
+    TY_RETURN_IF_ERROR(l.Number("errors", v.errors));
+    return Status::Ok();
+  }));
+  TY_RETURN_IF_ERROR(ObjectList(f, "disks", 64, h.disks, [](const Fields& d, DiskTelemetry& v) {
+    TY_RETURN_IF_ERROR(d.Str("path", v.path, true));
+    TY_RETURN_IF_ERROR(d.Number("free_bytes", v.free_bytes));
+    TY_RETURN_IF_ERROR(d.Number("total_bytes", v.total_bytes));
+    if (v.free_bytes < 0 || v.total_bytes < 0) {
+      return InvalidArgument(d.Path("free_bytes") + ": sizes must be >= 0");
+    }
+    return Status::Ok();
+  }));
+  TY_ASSIGN_OR_RETURN(h.health_check, ParseHealthCheck(f));
+  if (const json* faults = f.Get("faults")) {
+    if (!faults->is_array() || faults->size() > 1024) {
+      return InvalidArgument(f.Path("faults") + ": expected a list of at most 1024 ids");
+    }
+    for (const json& id : *faults) {
+      if (!id.is_string()) return InvalidArgument(f.Path("faults") + ": ids must be strings");
+      h.faults.push_back(id.get<std::string>());
+    }
+  }
   return h;
 }
 
@@ -255,6 +324,19 @@ ordered_json ToJson(const Command& c) {
     case Command::Kind::kProfile:
       return {
           {"kind", "profile"}, {"task_id", c.task_id}, {"id", c.profile_id}, {"steps", c.steps}};
+    case Command::Kind::kFaults: {
+      ordered_json faults = ordered_json::array();
+      for (const FaultSpec& f : c.faults) {
+        faults.push_back({{"id", f.id},
+                          {"kind", f.kind},
+                          {"gpu", f.gpu},
+                          {"until_ms", f.until_ms},
+                          {"job_id", f.job_id}});
+      }
+      return {{"kind", "faults"}, {"faults", std::move(faults)}};
+    }
+    case Command::Kind::kCheckpoint:
+      return {{"kind", "checkpoint"}, {"task_id", c.task_id}};
   }
   return {};
 }

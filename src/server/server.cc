@@ -19,9 +19,12 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "http/tls.h"
+#include "monitor/rules.h"
+#include "server/alerting.h"
 #include "server/api.h"
 #include "store/sqlite_store.h"
 #include "track/series_store.h"
@@ -179,6 +182,28 @@ Status Server::Start() {
   logs_ = std::make_unique<LogStore>(opt_.data_dir);
   profiles_ = std::make_unique<ProfileStore>(opt_.data_dir + "/profiles", &clock_);
   TY_ASSIGN_OR_RETURN(series_, track::SeriesStore::Open(opt_.data_dir + "/series.db"));
+  {
+    std::string user_rules;
+    if (!opt_.alert_rules_file.empty()) {
+      std::ifstream in(opt_.alert_rules_file);
+      if (!in) return InvalidArgument("--alert-rules: cannot read " + opt_.alert_rules_file);
+      std::stringstream text;
+      text << in.rdbuf();
+      user_rules = text.str();
+    }
+    auto rules = monitor::LoadRules(
+        monitor::DefaultRulesYaml(), user_rules,
+        opt_.alert_rules_file.empty() ? "alert-rules.yaml" : opt_.alert_rules_file);
+    if (!rules.ok()) return InvalidArgument("--alert-rules: " + rules.status().message());
+    AlertingOptions ao;
+    ao.rules = std::move(*rules);
+    ao.webhooks = opt_.alert_webhooks;
+    ao.webhook_ca = opt_.alert_webhook_ca;
+    ao.state_path = opt_.data_dir + "/alerts.json";
+    // Three missed heartbeats: long before the node timeout gives the node up.
+    ao.diagnose.heartbeat_lost = 3 * ClusterOptions{}.heartbeat_interval;
+    TY_ASSIGN_OR_RETURN(alerting_, Alerting::Open(cluster_.get(), &clock_, std::move(ao)));
+  }
   const int threads = opt_.http_threads;
   http_->new_task_queue = [threads] {
     return new ConnectionThreads(64, static_cast<size_t>(std::max(threads, 1)));
@@ -190,7 +215,7 @@ Status Server::Start() {
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
   InstallApi(*http_, *cluster_, *logs_, *access_,
-             ApiOptions{token_, series_.get(), profiles_.get()});
+             ApiOptions{token_, series_.get(), profiles_.get(), alerting_.get()});
   int listen_fd = -1;
   http_->set_socket_options([&listen_fd](socket_t sock) {
     httplib::default_socket_options(sock);
@@ -211,6 +236,7 @@ Status Server::Start() {
   // or every agent after a server restart) overflows it, and the overflowed ones wait
   // for retransmits or are reset. Listening again on a listening socket sets its backlog.
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  alerting_->SetExternalUrl(Url());  // after binding: the port may have been picked
   loop_thread_ = std::thread([this] { Loop(); });
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return Status::Ok();
@@ -279,6 +305,7 @@ Status Server::PruneLogs() {
 void Server::Loop() {
   Timestamp last_tick{};
   Timestamp last_prune{};
+  Timestamp last_alert{};
   Duration last_pass{0};
   while (!stopping_.load()) {
     cluster_->WaitForWork(std::chrono::milliseconds(500));
@@ -291,6 +318,12 @@ void Server::Loop() {
       last_prune = now;
       if (Status s = PruneLogs(); !s.ok()) {
         std::cerr << "trainyard server: log retention: " << s.ToString() << "\n";
+      }
+    }
+    if (alerting_ != nullptr && now - last_alert >= opt_.alert_interval) {
+      last_alert = now;
+      if (Status s = alerting_->Evaluate(); !s.ok()) {
+        std::cerr << "trainyard server: alerts: " << s.ToString() << "\n";
       }
     }
     if (cluster_->NeedsPass() || now - last_tick >= opt_.pass_interval) {
@@ -316,6 +349,7 @@ void Server::Stop() {
   if (http_) http_->stop();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (http_thread_.joinable()) http_thread_.join();
+  alerting_.reset();  // ends its webhook thread
 }
 
 }  // namespace trainyard::server

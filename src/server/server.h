@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "sched/policy.h"
 #include "server/access.h"
+#include "server/alerting.h"
 #include "server/clock.h"
 #include "server/cluster.h"
 #include "server/logs.h"
@@ -63,6 +64,13 @@ struct ServerOptions {
   Duration log_retention{int64_t{30} * 86'400'000};
   int64_t log_max_job_bytes = 0;
   Duration log_prune_interval{60'000};  // at most this often
+  // Alerting (docs/alerts.md): a rules file merged over the defaults (empty: the
+  // defaults alone), webhook URLs that get Alertmanager-format notifications, and how
+  // often the rules are evaluated.
+  std::string alert_rules_file;
+  std::vector<std::string> alert_webhooks;
+  std::string alert_webhook_ca;
+  Duration alert_interval{1'000};
 };
 
 class Server {
@@ -93,6 +101,7 @@ class Server {
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<track::SeriesStore> series_;
+  std::unique_ptr<Alerting> alerting_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;
