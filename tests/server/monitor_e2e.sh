@@ -17,6 +17,7 @@
 #
 #   monitor_e2e.sh TRAINYARD_BINARY SCENARIO
 #   SCENARIO: data-stall straggler link-down thermal xid loss-nan grad-spike heartbeat
+#             health-check (the agent's --health-check program cordons and uncordons)
 set -euo pipefail
 T=$(realpath "$1")
 SCENARIO=$2
@@ -30,6 +31,58 @@ source "$(dirname "$0")/lib.sh"
 py() { "$PY" -c "$@"; }
 now() { date +%s.%N; }
 secs() { py "print(f'{$2 - $1:.1f}')"; }
+
+# --- health-check: the agent's --health-check program cordons and returns its node ---
+if [[ $SCENARIO == health-check ]]; then
+  cat >"$WORK/check.sh" <<EOF
+#!/bin/sh
+if [ -e "$WORK/sick" ]; then echo "gpu 1: uncorrectable ECC page retirement pending"; exit 1; fi
+echo "all 2 GPUs pass"
+EOF
+  chmod +x "$WORK/check.sh"
+  touch "$WORK/sick"
+  start_server
+  (cd "$REPO" && exec "$T" agent --server "$(cat "$D/server.url")" \
+    --join-token "$(cat "$D/join-token")" --name node-0 --data-dir "$WORK/agents/node-0" \
+    --simulated-gpus 2 --gpu-type H100 --cpus 2 --health-check "$WORK/check.sh" \
+    --health-check-interval 1s >>"$WORK/agent-node-0.log" 2>&1) &
+  PIDS+=("$!")
+  node_is() {  # STATE REASON-PREFIX SECONDS
+    for _ in $(seq $(($3 * 5))); do
+      got=$("$T" nodes -o json 2>/dev/null | py "import json,sys; n=[n for n in json.load(sys.stdin) if n['name']=='node-0']; print(n[0]['state'] + '|' + n[0].get('state_reason', '') if n else '')" || true)
+      [[ ${got%%|*} == "$1" && ${got#*|} == "$2"* ]] && return 0
+      sleep 0.2
+    done
+    fail "node-0 is '$got', want $1 '$2...'"
+  }
+  T0=$(now)
+  node_is Cordoned "health check failed (join): gpu 1: uncorrectable ECC" 20
+  T_JOIN=$(now)
+  rm "$WORK/sick"
+  node_is Ready "" 10
+  T_PASS=$(now)
+  touch "$WORK/sick"
+  node_is Cordoned "health check failed (periodic): gpu 1" 10
+  "$T" nodes show node-0 | grep -q "health check (periodic.*FAILED: gpu 1" ||
+    fail "nodes show: $("$T" nodes show node-0)"
+  # An operator's cordon is the operator's: a passing check leaves it.
+  rm "$WORK/sick"
+  node_is Ready "" 10
+  "$T" cordon node-0 >/dev/null
+  sleep 2.5
+  node_is Cordoned "cordoned by" 1
+  "$T" uncordon node-0 >/dev/null
+  # A task that fails runs the check at once (trigger task-failed).
+  "$T" submit - -o json >/dev/null <<EOF
+name: fails
+resources: {gpus: 1}
+command: ["/bin/sh", "-c", "touch $WORK/sick; exit 3"]
+EOF
+  node_is Cordoned "health check failed (" 20
+  echo "TIMING health-check: join->cordoned $(secs "$T0" "$T_JOIN") s, fixed->ready $(secs "$T_JOIN" "$T_PASS") s (interval 1s)"
+  echo "PASS monitor health-check"
+  exit 0
+fi
 
 # --- a webhook receiver: appends every POST body as one line to $WORK/hooks.jsonl ---
 cat >"$WORK/receiver.py" <<'EOF'
