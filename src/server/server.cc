@@ -238,6 +238,9 @@ Status Server::Start() {
   if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   alerting_->SetExternalUrl(Url());  // after binding: the port may have been picked
   loop_thread_ = std::thread([this] { Loop(); });
+  // Alert rules on a thread of their own: an evaluation that pages through many jobs
+  // never delays a scheduling pass.
+  alert_thread_ = std::thread([this] { AlertLoop(); });
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return Status::Ok();
 }
@@ -305,7 +308,6 @@ Status Server::PruneLogs() {
 void Server::Loop() {
   Timestamp last_tick{};
   Timestamp last_prune{};
-  Timestamp last_alert{};
   Duration last_pass{0};
   while (!stopping_.load()) {
     cluster_->WaitForWork(std::chrono::milliseconds(500));
@@ -318,12 +320,6 @@ void Server::Loop() {
       last_prune = now;
       if (Status s = PruneLogs(); !s.ok()) {
         std::cerr << "trainyard server: log retention: " << s.ToString() << "\n";
-      }
-    }
-    if (alerting_ != nullptr && now - last_alert >= opt_.alert_interval) {
-      last_alert = now;
-      if (Status s = alerting_->Evaluate(); !s.ok()) {
-        std::cerr << "trainyard server: alerts: " << s.ToString() << "\n";
       }
     }
     if (cluster_->NeedsPass() || now - last_tick >= opt_.pass_interval) {
@@ -342,13 +338,29 @@ void Server::Loop() {
   }
 }
 
+void Server::AlertLoop() {
+  std::unique_lock lk(alert_mu_);
+  while (!alert_cv_.wait_for(lk, opt_.alert_interval, [this] { return stopping_.load(); })) {
+    lk.unlock();
+    if (Status s = alerting_->Evaluate(); !s.ok()) {
+      std::cerr << "trainyard server: alerts: " << s.ToString() << "\n";
+    }
+    lk.lock();
+  }
+}
+
 void Server::Stop() {
   if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lk(alert_mu_);  // AlertLoop is waiting or evaluating, never between
+  }
+  alert_cv_.notify_all();
   if (cluster_) cluster_->Shutdown();
   if (logs_) logs_->WakeAll();
   if (http_) http_->stop();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (http_thread_.joinable()) http_thread_.join();
+  if (alert_thread_.joinable()) alert_thread_.join();
   alerting_.reset();  // ends its webhook thread
 }
 

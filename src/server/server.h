@@ -9,7 +9,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,6 +90,7 @@ class Server {
 
  private:
   void Loop();
+  void AlertLoop();
   // Deletes the logs that the retention options say to (PlanLogPruning).
   Status PruneLogs();
 
@@ -105,6 +108,9 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;
+  std::thread alert_thread_;
+  std::mutex alert_mu_;
+  std::condition_variable alert_cv_;  // wakes AlertLoop at Stop
   std::atomic<bool> stopping_{false};
 };
 

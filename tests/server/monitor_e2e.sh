@@ -195,6 +195,12 @@ firing() { "$T" alerts --state firing -o json | py "
 import json, sys
 for a in json.load(sys.stdin)['alerts']:
     if a['rule'] == sys.argv[1]: print(json.dumps(a['labels'])); break" "$1"; }
+# Whether RULE has fired since the cluster started (an alert whose action moves the job
+# may resolve a second later): the labels of its firing event.
+fired() { "$T" alerts events --limit 1000 -o json | py "
+import json, sys
+for e in json.load(sys.stdin)['events']:
+    if e['kind'] == 'firing' and e['rule'] == sys.argv[1]: print(json.dumps(e['labels'])); break" "$1"; }
 healthy=$("$T" alerts --state pending,firing -o json | py 'import json,sys; print(" ".join(a["rule"] for a in json.load(sys.stdin)["alerts"]))')
 [[ -z $healthy ]] || fail "alerts before any fault: $healthy"
 
@@ -257,7 +263,7 @@ LIMIT=$(py "print(int(($FOR + 2 + 8) * 4))")
 labels= T_FIRE= T_DIAG=
 for _ in $(seq "$LIMIT"); do
   if [[ -z $T_FIRE ]]; then
-    labels=$(firing "$RULE" || true)
+    labels=$(fired "$RULE" || true)
     [[ -n $labels ]] && T_FIRE=$(now)
   fi
   if [[ -z $T_DIAG ]] && diagnosed; then
