@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "http/tls.h"
 #include "monitor/webhook.h"
 #include "server/files.h"
+#include "track/mfu.h"
 
 namespace trainyard::server {
 namespace {
@@ -32,9 +34,10 @@ constexpr size_t kAdmittedKept = 50;
 // ends, and an alert on one (a straggler rank on a node the job has left) must resolve
 // rather than wait for the series to go stale.
 bool DerivedJobSignal(const std::string& signal) {
-  return signal == "job.gpu_util" || signal == "job.step_time_s" || signal == "job.tokens_per_s" ||
-         signal == "job.data_wait_s" || signal == "job.rank_step_time_ratio" ||
-         signal == "job.checkpoint_age_ratio" || signal == "job.progress_age_s";
+  return signal == "job.gpu_util" || signal == "job.step_time_s" || signal == "job.mfu" ||
+         signal == "job.tokens_per_s" || signal == "job.data_wait_s" ||
+         signal == "job.rank_step_time_ratio" || signal == "job.checkpoint_age_ratio" ||
+         signal == "job.progress_age_s";
 }
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
@@ -250,8 +253,9 @@ void Alerting::ObserveHeartbeat(const Heartbeat& hb) {
   }
 }
 
-void Alerting::ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>& appends) {
-  if (appends.empty()) return;
+void Alerting::ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>& appends,
+                              const std::map<std::string, std::string>& params) {
+  if (appends.empty() && params.empty()) return;
   const Timestamp now = clock_->Now();
   Labels labels;
   {
@@ -279,6 +283,17 @@ void Alerting::ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>&
   for (const track::SeriesAppend& a : appends) {
     if (s.lowest_rank < 0 || a.rank < s.lowest_rank) s.lowest_rank = a.rank;
   }
+  for (const auto& [key, value] : params) {
+    if (key == "precision" || key == "dtype") {
+      s.precision = value;
+      continue;
+    }
+    if (key != "model_flops_per_token" && key != "num_params") continue;
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0) continue;
+    (key == "num_params" ? s.num_params : s.model_flops_per_token) = v;
+  }
   for (const track::SeriesAppend& a : appends) {
     if (a.points.empty()) continue;
     const int32_t rank = a.rank;
@@ -297,6 +312,9 @@ void Alerting::ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>&
       r.tokens = last.value;
     } else if (a.key == "data_wait_s") {
       r.data_wait = last.value;
+    } else if ((a.key == "model_flops_per_token" || a.key == "num_params") &&
+               std::isfinite(last.value) && last.value > 0) {
+      (a.key == "num_params" ? s.num_params : s.model_flops_per_token) = last.value;
     }
     if (rank != s.lowest_rank) continue;
     const char* signal = a.key == "loss"                 ? "job.loss"
@@ -408,6 +426,23 @@ Status Alerting::DeriveJobSignals(Timestamp now, const std::vector<NodeView>& no
       if (!steps.empty()) add("job.step_time_s", Median(steps));
       if (!waits.empty()) add("job.data_wait_s", Median(waits));
       if (has_tokens) add("job.tokens_per_s", tokens);
+      if (has_tokens && tokens > 0 && (s.model_flops_per_token || s.num_params)) {
+        track::MfuInput in;
+        in.tokens_per_s = tokens;
+        in.model_flops_per_token = s.model_flops_per_token;
+        in.num_params = s.num_params;
+        if (!s.precision.empty()) in.precision = s.precision;
+        for (size_t r = 0; r < a->nodes.size(); ++r) {
+          if (r < a->gpus.size()) in.gpu_count += static_cast<int64_t>(a->gpus[r].size());
+          auto n = by_name.find(a->nodes[r]);
+          if (in.gpu_type.empty() && n != by_name.end() && !n->second->node.gpus.empty()) {
+            in.gpu_type = n->second->node.gpus.front().model;
+          }
+        }
+        if (in.gpu_count > 0) {
+          if (auto m = track::ComputeMfu(in); m.ok()) add("job.mfu", m->value);
+        }
+      }
       if (steps.size() >= 2) {
         const double median = Median(steps);
         if (median > 0) {

@@ -15,7 +15,9 @@
 //   each evaluation                node.heartbeat_age_s; for Running jobs job.gpu_util,
 //                                  job.step_time_s (median over ranks), job.tokens_per_s
 //                                  (sum), job.data_wait_s (median), job.rank_step_time_ratio,
-//                                  job.checkpoint_age_ratio, job.progress_age_s; for Pending
+//                                  job.checkpoint_age_ratio, job.progress_age_s, job.mfu (when
+//                                  the job logged its FLOPs per token or parameter count
+//                                  and tokens_per_s, on GPUs of a known type); for Pending
 //                                  jobs job.pending_ratio (every 30 s)
 // Job signals carry job_id, tenant, queue (+ rank, node per rank); node signals node and
 // gpu / link / path.
@@ -97,8 +99,10 @@ class Alerting {
   Alerting& operator=(const Alerting&) = delete;
 
   void ObserveHeartbeat(const Heartbeat& hb);
-  // Points of one job (each append names its rank).
-  void ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>& appends);
+  // Points of one job (each append names its rank) and the params it logged with them
+  // (model_flops_per_token, num_params and precision feed job.mfu).
+  void ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>& appends,
+                      const std::map<std::string, std::string>& params = {});
 
   // One evaluation at the clock's now: derive signals, evaluate, act, notify, persist.
   Status Evaluate();
@@ -132,6 +136,10 @@ class Alerting {
     int32_t attempt = -1;     // the attempt the rank stats are of
     std::map<int32_t, RankStat> ranks;
     bool admitted_counted = false;
+    // For job.mfu: what the job logged about its model (metrics or params).
+    std::optional<double> model_flops_per_token;
+    std::optional<double> num_params;
+    std::string precision;
   };
   struct Notification {
     std::string url;

@@ -13,6 +13,7 @@
 #include "core/spec_codec.h"
 #include "server/http_testing.h"
 #include "store/memory_store.h"
+#include "track/mfu.h"
 
 namespace trainyard::server {
 namespace {
@@ -248,6 +249,31 @@ rules:
   ASSERT_THAT(alerts, SizeIs(1));
   EXPECT_EQ(alerts[0].state, monitor::AlertState::kResolved);
   EXPECT_FALSE(alerting_->signals().Latest("job.step_time_s", job_labels, Timestamp{}));
+}
+
+TEST_F(AlertingTest, MfuIsDerivedFromTheJobsThroughputAndModel) {
+  Open("rules: []\n");
+  JobId job = RunningGang();
+  const int64_t ms = clock_.Now().time_since_epoch().count();
+  alerting_->ObserveMetrics(job,
+                            {{job, 0, "tokens_per_s", {{1, ms, 40'000}}},
+                             {job, 1, "tokens_per_s", {{1, ms, 60'000}}},
+                             {job, 0, "step_time_s", {{1, ms, 0.1}}},
+                             {job, 1, "step_time_s", {{1, ms, 0.1}}}},
+                            {{"model_flops_per_token", "6e9"}, {"precision", "bf16"}});
+  Step(Duration(1000));
+  auto mfu = alerting_->signals().Latest(
+      "job.mfu", {{"job_id", std::to_string(job)}, {"tenant", "default"}, {"queue", "default"}},
+      Timestamp{});
+  ASSERT_TRUE(mfu.has_value());
+  track::MfuInput in;
+  in.tokens_per_s = 100'000;
+  in.model_flops_per_token = 6e9;
+  in.gpu_type = "H100";
+  in.gpu_count = 4;  // 2 replicas of 2 GPUs
+  auto want = track::ComputeMfu(in);
+  ASSERT_TRUE(want.ok());
+  EXPECT_DOUBLE_EQ(mfu->value, want->value);
 }
 
 TEST_F(AlertingTest, NoProgressAndHeartbeatAgeAreDerived) {

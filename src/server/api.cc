@@ -1774,7 +1774,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
           batch = track::ParseBatchJson(v->job.id, req.body, now_ms);
         }
         if (!batch.ok()) return SendError(res, batch.status());
-        if (alerting != nullptr) alerting->ObserveMetrics(v->job.id, batch->appends);
+        if (alerting != nullptr) alerting->ObserveMetrics(v->job.id, batch->appends, batch->params);
         if (Status s = series->Append(batch->appends); !s.ok()) return SendError(res, s);
         if (Status s = series->PutParams(v->job.id, batch->params); !s.ok()) {
           return SendError(res, s);
@@ -2165,7 +2165,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     // their checkpoints.
     if (*next == end && series != nullptr) {
       track::IngestBatch batch = track::DecodeRecords(t->job, t->rank, *lines);
-      if (alerting != nullptr) alerting->ObserveMetrics(t->job, batch.appends);
+      if (alerting != nullptr) alerting->ObserveMetrics(t->job, batch.appends, batch.params);
       Status s = series->Append(batch.appends);
       if (s.ok()) s = series->PutParams(t->job, batch.params);
       if (!s.ok()) {
