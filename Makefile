@@ -67,7 +67,7 @@ test-fuzz: build-fuzz
 # Each fuzzer for FUZZ_SECONDS from a random seed; findings are kept in
 # $(FUZZ)/fuzz/work/<fuzzer>/findings and fail the run.
 fuzz: build-fuzz
-	@for f in fuzz_job_spec fuzz_sbatch fuzz_api_request fuzz_metrics_jsonl fuzz_run_filter; do \
+	@for f in fuzz_job_spec fuzz_sbatch fuzz_api_request fuzz_metrics_jsonl fuzz_run_filter fuzz_alert_rules; do \
 	  echo "== $$f ($(FUZZ_SECONDS) s)"; \
 	  fuzz/run.sh $(FUZZ)/fuzz/$$f fuzz/corpus/$$f $(FUZZ)/fuzz/work/$$f \
 	    -max_total_time=$(FUZZ_SECONDS) || exit 1; \

@@ -2,12 +2,15 @@
 // state — submissions (YAML, JSON or #SBATCH body with its query), job listings'
 // queries, checkpoint reports, tenant quotas and queues, array ranges, job ids, API
 // tokens and role names, agent registrations and heartbeats (with GPU telemetry),
-// agent commands, base64 log chunks, and metric batches (text and JSON bodies of
-// POST /runs/{id}/metrics, metrics-file records an agent forwards).
+// agent commands, base64 log chunks, metric batches (text and JSON bodies of
+// POST /runs/{id}/metrics, metrics-file records an agent forwards), and fault
+// injections (POST /nodes/{name}/faults).
 //
 // Input: one selector byte, then for the query-taking requests a query line
 // ("k=v&k=v"), a newline and the body. Every rejection must carry a message and map
-// to a 4xx status: malformed input is the client's error, never the server's.
+// to a 4xx status: malformed input is the client's error, never the server's. An
+// accepted fault names a fault kind, a GPU from -1 (the whole node) to 1023 and a
+// duration that is not negative.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -71,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view query = rest.substr(0, nl);
   const std::string_view body = nl == std::string_view::npos ? "" : rest.substr(nl + 1);
   namespace server = trainyard::server;
-  switch (data[0] % 10) {
+  switch (data[0] % 11) {
     case 0:
       Check(server::ParseSubmit(body, ParseQuery(query)), input);
       break;
@@ -121,6 +124,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(json, input);
       if (json.ok()) consistent(*json);
       consistent(track::DecodeRecords(1, 0, Json(rest)));
+      break;
+    }
+    case 10: {
+      auto fault = server::ParseFaultRequest(rest);
+      Check(fault, input);
+      if (fault.ok() && (!server::IsFaultKind(fault->kind) || fault->gpu < -1 ||
+                         fault->gpu > 1023 || fault->duration.count() < 0)) {
+        Fail("accepted an impossible fault", Status::Ok(), input);
+      }
       break;
     }
   }

@@ -48,7 +48,9 @@ std::string QuoteForMessage(std::string_view value) {
   std::string out = "\"";
   size_t n = 0;
   for (unsigned char c : value) {
-    if (n++ == kMax) {
+    // Cut before the 81st character, never inside one: continuation bytes (10xxxxxx)
+    // do not count.
+    if ((c & 0xC0) != 0x80 && n++ == kMax) {
       out += "...";
       break;
     }

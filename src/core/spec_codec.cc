@@ -396,8 +396,7 @@ SpecParseResult ParseSpec(std::string_view text, std::string_view file) {
       reader.Read(yaml.first, spec);
     }
   } catch (const YAML::Exception& e) {
-    int line = e.mark.is_null() ? 0 : e.mark.line + 1;
-    reader.ErrorAtLine(line, "", "not valid YAML: " + e.msg);
+    ReportYamlError(reader, e);
   }
 
   if (reader.errors().empty()) {

@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/names.h"
+
 namespace trainyard {
 namespace {
 
@@ -21,12 +23,8 @@ bool ParseUint(std::string_view s, int64_t* out) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-std::string Quote(std::string_view s) {
-  std::string out = "\"";
-  out += s;
-  out += '"';
-  return out;
-}
+// Escaped and cut as every error message quotes outside input (names.h).
+std::string Quote(std::string_view s) { return QuoteForMessage(s); }
 
 // Slurm time forms: "MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS".
 std::optional<int64_t> ParseColonSeconds(std::string_view text) {

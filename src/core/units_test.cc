@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "core/names.h"
+
 namespace trainyard {
 namespace {
 
@@ -88,6 +90,23 @@ TEST(UnitsTest, SaturatingArithmeticNeverWraps) {
 TEST(UnitsTest, FormatsTimestamps) {
   EXPECT_EQ(FormatTimestamp(Timestamp(Duration(0))), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(FormatTimestamp(Timestamp(Duration(1'795'942'800'123))), "2026-11-29T09:00:00.123Z");
+}
+
+TEST(ParseDurationTest, QuotesBadInputEscaped) {
+  auto d = ParseDuration("5\nminutes");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(std::string(d.status().message()).find('\n'), std::string::npos)
+      << d.status().message();
+  EXPECT_NE(std::string(d.status().message()).find("\"5\\x0aminutes\""), std::string::npos)
+      << d.status().message();
+}
+
+TEST(QuoteForMessageTest, CutsLongValuesBetweenCharactersNotInsideOne) {
+  const std::string value = std::string(79, 'a') + "\xc3\xa9\xc3\xa9tail";  // 79 + e-acute...
+  const std::string q = QuoteForMessage(value);
+  // 80 characters kept (the 80th is the first e-acute, both of its bytes), then "...".
+  EXPECT_EQ(q, "\"" + std::string(79, 'a') + "\xc3\xa9...\"");
+  EXPECT_EQ(QuoteForMessage("a\x1b[2Jb\"c"), "\"a\\x1b[2Jb\\\"c\"");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "core/names.h"
@@ -74,6 +75,28 @@ int YamlFieldReader::LineOf(const std::string& field) const {
   }
 }
 
+void ReportYamlError(YamlFieldReader& reader, const YAML::Exception& e) {
+  std::string what;
+  for (unsigned char c : e.msg) {
+    if (c < 0x20 || c >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      what += buf;
+    } else {
+      what += static_cast<char>(c);
+    }
+  }
+  reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + what);
+}
+
+std::string PathKey(std::string_view key) {
+  const bool plain =
+      !key.empty() && key.size() <= 64 && std::all_of(key.begin(), key.end(), [](unsigned char c) {
+        return std::isalnum(c) || c == '_' || c == '-' || c == '/' || c == '$';
+      });
+  return plain ? std::string(key) : QuoteForMessage(key);
+}
+
 void YamlFieldReader::ForEachField(const YAML::Node& n, const std::string& prefix,
                                    const std::vector<std::string_view>& known, const FieldFn& fn,
                                    const std::vector<std::string_view>& ignored) {
@@ -86,7 +109,7 @@ void YamlFieldReader::ForEachField(const YAML::Node& n, const std::string& prefi
     }
     const std::string& key = k.Scalar();
     if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
-    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    const std::string path = prefix.empty() ? PathKey(key) : prefix + "." + PathKey(key);
     lines_.emplace(path, LineOfNode(k));
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string msg = "unknown field";
@@ -258,7 +281,7 @@ void YamlFieldReader::StringMap(const YAML::Node& v, const std::string& field,
       continue;
     }
     const std::string& key = kv.first.Scalar();
-    const std::string path = field + "." + key;
+    const std::string path = field + "." + PathKey(key);
     lines_.emplace(path, LineOfNode(kv.first));
     if (accept_key && !accept_key(kv.first, path)) continue;
     if (out.count(key)) {

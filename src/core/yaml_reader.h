@@ -42,6 +42,17 @@ struct IntWording {
   bool between = false;
 };
 
+// A key as a field path shows it ("rule.labels.<key>"): as written when it is a plain
+// word, else quoted and escaped, since a key may hold anything YAML can (control
+// characters included) and error messages stay one line of text.
+std::string PathKey(std::string_view key);
+
+class YamlFieldReader;
+// Reports a YAML syntax error at its line as "not valid YAML: <what>", with the parser's
+// message escaped (it may quote the offending byte: a control character, or one byte
+// of a multi-byte character).
+void ReportYamlError(YamlFieldReader& reader, const YAML::Exception& e);
+
 class YamlFieldReader {
  public:
   // `file` names the document in diagnostics only.

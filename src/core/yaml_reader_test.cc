@@ -210,5 +210,15 @@ TEST(YamlFieldReaderTest, StringMapReadsNamesToStrings) {
                                        "list"));
 }
 
+TEST(YamlFieldReaderTest, OddKeysAreQuotedInFieldPaths) {
+  YAML::Node n = YAML::Load("{\"a\\x01\\nb\": 1, name: x}");
+  YamlFieldReader r("t.yaml");
+  r.ForEachField(n, "rule", {"name"}, [](const std::string&, const YAML::Node&) {});
+  ASSERT_EQ(r.errors().size(), 1u);
+  const std::string msg = r.errors()[0].ToString();
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rule.\"a\\x01\\x0ab\""), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace trainyard

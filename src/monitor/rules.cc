@@ -173,7 +173,7 @@ bool SplitTemplate(std::string_view text, std::vector<Piece>& out, std::string& 
       name.remove_prefix(1);
     }
     if (!IsLabelName(name)) {
-      error = "has " + std::string(text.substr(open, close + 2 - open)) +
+      error = "has " + QuoteForMessage(text.substr(open, close + 2 - open)) +
               ", which is not a placeholder; write {{label}}, {{value}} or {{threshold}}";
       return false;
     }
@@ -552,7 +552,7 @@ class RulesReader : public YamlFieldReader {
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     for (const auto& [key, text] : rule.annotations) {
-      const std::string f = field + "." + key;
+      const std::string f = field + "." + PathKey(key);
       const YAML::Node node = at.IsDefined() ? at[key] : at;
       std::vector<Piece> pieces;
       std::string error;
@@ -607,7 +607,7 @@ class RulesReader : public YamlFieldReader {
         continue;
       }
       const std::string& name = kv.first.Scalar();
-      const std::string f = "limits." + name;
+      const std::string f = "limits." + PathKey(name);
       auto kind = EnumOf<ActionKind>(kActionKinds, name);
       if (!kind || *kind == ActionKind::kNotify) {
         std::string msg = kind ? "notify has no limits" : "unknown action";
@@ -718,7 +718,7 @@ RulesParseResult ParseRules(std::string_view text, std::string_view file) {
         reader.Read(yaml.first, out);
       }
     } catch (const YAML::Exception& e) {
-      reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + e.msg);
+      ReportYamlError(reader, e);
     }
     if (reader.errors().empty()) result.file = std::move(out);
   }

@@ -230,7 +230,7 @@ TEST(RulesTest, FieldErrorsNameFileLineRuleFieldValueAndFix) {
        "r.yaml:5: R.annotations.summary: has {{ without a closing }}"},
       {"    signal: job.loss\n    condition: {nan: true}\n"
        "    annotations: {summary: \"job {{ printf 1 }}\"}\n",
-       "r.yaml:5: R.annotations.summary: has {{ printf 1 }}, which is not a placeholder; write "
+       "r.yaml:5: R.annotations.summary: has \"{{ printf 1 }}\", which is not a placeholder; write "
        "{{label}}, {{value}} or {{threshold}}"},
       {"    signal: job.loss\n    condition: {nan: true}\n    enabled: maybe\n",
        "r.yaml:5: R.enabled: must be true or false, got \"maybe\""},

@@ -650,7 +650,7 @@ Result<FaultRequest> ParseFaultRequest(std::string_view body) {
     f.gpu = gpu->get<int>();
   }
   if (auto d = j.find("duration"); d != j.end() && !d->is_null()) {
-    if (d->is_number_integer() && d->get<int64_t>() >= 0) {
+    if (d->is_number_integer() && d->get<int64_t>() >= 0 && d->get<int64_t>() <= 7 * 86'400) {
       f.duration = std::chrono::seconds(d->get<int64_t>());
     } else if (d->is_string()) {
       auto parsed = ParseDuration(d->get<std::string>());
@@ -661,7 +661,7 @@ Result<FaultRequest> ParseFaultRequest(std::string_view body) {
     } else {
       return InvalidArgument(
           "fault.duration: expected a duration such as \"90s\" or a number "
-          "of seconds, got " +
+          "of seconds from 0 to 604800 (7d), got " +
           QuoteForMessage(d->dump()));
     }
   }

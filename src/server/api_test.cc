@@ -485,5 +485,29 @@ TEST_F(ApiTest, ProfileOfARunningJobRoundTrips) {
   EXPECT_EQ(Get("/api/v1/jobs/" + id + "/profiles/" + pid + "?rnk=1").first, 400);
 }
 
+TEST(ParseFaultRequestTest, RefusesBadFieldsByName) {
+  auto ok = ParseFaultRequest(R"({"kind": "slow", "gpu": 1, "duration": "5m"})");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->gpu, 1);
+  EXPECT_EQ(ok->duration, std::chrono::minutes(5));
+  EXPECT_EQ(ParseFaultRequest(R"({"kind": "xid", "duration": 60})")->duration,
+            std::chrono::seconds(60));
+  for (auto [body, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"kind": "melt"})", "fault.kind: unknown fault kind \"melt\""},
+           {R"({"gpu": 1})", "fault.kind: required"},
+           {R"({"kind": "xid", "gpu": -2})", "fault.gpu: expected a GPU index"},
+           {R"({"kind": "xid", "duration": 9223372036854775807})",
+            "fault.duration: expected a duration"},
+           {R"({"kind": "xid", "duration": "soon"})", "fault.duration: "},
+           {R"({"kind": "xid", "node": "n"})", "node"},
+       }) {
+    auto r = ParseFaultRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(std::string(r.status().message()).find(want), std::string::npos)
+        << body << " -> " << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace trainyard::server

@@ -1340,7 +1340,8 @@ void Cluster::Impl::SyncFaultsLocked(bool force_node_resend, const std::string& 
       if (f.fault.kind != "link-down") continue;
       for (const auto& [id, e] : jobs_) {
         if (!e.gang) continue;
-        const auto on = [&](const Rank& r) { return r.node == name && !Done(r.state); };
+        const std::string& down = name;  // (clang 14 cannot capture a structured binding)
+        const auto on = [&down](const Rank& r) { return r.node == down && !Done(r.state); };
         if (std::none_of(e.gang->ranks.begin(), e.gang->ranks.end(), on)) continue;
         std::set<std::string> others;
         for (const Rank& r : e.gang->ranks) {

@@ -56,8 +56,9 @@ void SignalBuffer::Prune(Timestamp now) {
 void SignalBuffer::Forget(
     const std::function<bool(const std::string&, const monitor::Labels&)>& match) {
   std::lock_guard lk(mu_);
-  for (auto& [signal, series] : data_) {
-    std::erase_if(series, [&](const auto& kv) { return match(signal, kv.first); });
+  for (auto& entry : data_) {  // (clang 14 cannot capture a structured binding)
+    const std::string& signal = entry.first;
+    std::erase_if(entry.second, [&](const auto& kv) { return match(signal, kv.first); });
   }
 }
 

@@ -730,7 +730,7 @@ void ReadOneDocument(std::string_view text, std::string_view what, std::string_v
       read(yaml.first);
     }
   } catch (const YAML::Exception& e) {
-    reader.ErrorAtLine(e.mark.is_null() ? 0 : e.mark.line + 1, "", "not valid YAML: " + e.msg);
+    ReportYamlError(reader, e);
   }
 }
 
