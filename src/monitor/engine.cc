@@ -117,6 +117,10 @@ std::map<Labels, double> Engine::Matches(const Rule& rule, Timestamp now,
     return out;
   }
 
+  // zscore_above: per series, the newest sample scored so far (series gone from the
+  // window are forgotten).
+  std::map<Labels, Timestamp>& scored = scored_[rule.name];
+  std::map<Labels, Timestamp> next_scored;
   for (const auto& [labels, samples] : series) {
     if (samples.empty()) continue;
     const double latest = samples.back().value;
@@ -142,13 +146,15 @@ std::map<Labels, double> Engine::Matches(const Rule& rule, Timestamp now,
         }
         break;
       case ConditionKind::kZscoreAbove: {
-        // Every sample since the last evaluation, each against those before it: points
-        // arrive in batches, and a spike followed by more spiked points in the same
+        // Every sample newer than the newest one the last evaluation scored, each against
+        // those before it: points arrive in batches (and late: a sample's time is when
+        // the job logged it), and a spike followed by more spiked points in the same
         // batch would hide behind them if only the latest were scored.
         size_t first = samples.size() - 1;
-        if (last_evaluated_) {
-          while (first > 0 && samples[first - 1].time > *last_evaluated_) --first;
+        if (auto it = scored.find(labels); it != scored.end()) {
+          while (first > 0 && samples[first - 1].time > it->second) --first;
         }
+        next_scored[labels] = samples.back().time;
         if (auto z = MaxZScore(samples, first, c.min_points, c.min_stddev);
             z && z->z > c.threshold) {
           match(labels, samples[z->index].value);
@@ -159,6 +165,7 @@ std::map<Labels, double> Engine::Matches(const Rule& rule, Timestamp now,
         break;  // handled above
     }
   }
+  if (c.kind == ConditionKind::kZscoreAbove) scored = std::move(next_scored);
   return out;
 }
 
@@ -304,7 +311,6 @@ Evaluation Engine::Evaluate(Timestamp now, const SignalSource& source) {
     return r == nullptr || r->condition.kind != ConditionKind::kAbsentFor;
   });
   out.alerts = ExportState().alerts;
-  last_evaluated_ = now;
   return out;
 }
 

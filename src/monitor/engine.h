@@ -175,9 +175,9 @@ class Engine {
   std::map<std::string, std::map<Labels, Timestamp>> seen_;  // rule -> series -> last sample
   std::vector<ActionRecord> recent_actions_;
   std::set<std::string> cordoned_;
-  // When Evaluate last ran: zscore_above scores every sample since (not persisted; the
-  // first evaluation of a process scores the latest sample alone).
-  std::optional<Timestamp> last_evaluated_;
+  // zscore_above: rule -> series -> the newest sample scored (not persisted: the first
+  // evaluation of a process scores each series' latest sample alone).
+  std::map<std::string, std::map<Labels, Timestamp>> scored_;
 };
 
 }  // namespace trainyard::monitor

@@ -205,6 +205,16 @@ TEST(EngineTest, ZscoreScoresEverySampleSinceTheLastEvaluation) {
   Evaluation e = engine.Evaluate(At(64), src);
   ASSERT_EQ(e.alerts.size(), 1u);
   EXPECT_EQ(e.alerts[0].value, 100.0);
+  // Points that arrive late (their time is when they were logged, before the last
+  // evaluation) are still scored: newer than the newest sample scored.
+  Engine late(Rules(R"(rules:
+  - {name: Spike, signal: job.grad_norm, condition: {zscore_above: 6, window: 10m, min_points: 50}}
+)"));
+  FakeSource src2;
+  for (int i = 0; i < 60; ++i) src2.Add("job.grad_norm", job, At(i), (i % 2 == 0) ? 0.9 : 1.1);
+  EXPECT_TRUE(late.Evaluate(At(66), src2).alerts.empty());
+  for (int i = 61; i <= 64; ++i) src2.Add("job.grad_norm", job, At(i), 100.0);
+  EXPECT_EQ(late.Evaluate(At(67), src2).alerts.size(), 1u);
   // Samples an earlier evaluation scored are not scored again.
   Engine fresh(Rules(R"(rules:
   - {name: Spike, signal: job.grad_norm, condition: {zscore_above: 6, window: 10m, min_points: 50}}
