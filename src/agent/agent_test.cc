@@ -654,7 +654,7 @@ TEST_F(AgentTest, FaultsReachTelemetryHeartbeatsAndTheTasksTheyTouch) {
 
 TEST_F(AgentTest, AGpuFaultOnANodeWithoutGpusTouchesTheTaskOfThatLocalIndex) {
   AgentOptions o = Options();
-  agent_ = std::make_unique<Agent>(o, std::make_unique<NoGpus>());
+  agent_ = std::make_unique<Agent>(o, std::make_unique<NoGpus>("/nonexistent"));
   thread_ = std::thread([this] { result_ = agent_->Run(); });
   for (const char* id : {"7.0.1", "7.0.0"}) {
     json start = StartCommand(id);

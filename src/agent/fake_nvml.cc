@@ -1,6 +1,13 @@
-// A stand-in for libnvidia-ml.so.1, built as a shared library for nvml_test: two GPUs,
+// A stand-in for libnvidia-ml.so.1, built as a shared library for gpu_test: two GPUs,
 // the second without ECC support and with power throttling, so that the loader, the
 // per-field "unavailable" handling and the unit conversions run without a driver.
+//
+// NVLink: GPU 0 has links 0 (active; error counters replay 3, recovery 1, CRC flit 2,
+// CRC data 0) and 1 (inactive; recovery 4, CRC data not supported); its other link
+// indices are INVALID_ARGUMENT. GPU 1 has no NVLink (NOT_SUPPORTED). Tests change that
+// through the fakeNvml* functions at the end (dlsym them from the same library); built
+// with FAKE_NVML_WITHOUT_NVLINK the library lacks the NVLink functions, like a driver
+// older than NVLink.
 #include <cstring>
 
 extern "C" {
@@ -80,4 +87,57 @@ int nvmlDeviceGetTotalEccErrors(nvmlDevice_st* d, int, int, unsigned long long* 
   *n = 2;
   return 0;
 }
+
+#ifndef FAKE_NVML_WITHOUT_NVLINK
+enum { kMaxLinks = 18, kCounters = 4 };
+static const unsigned long long kUnsupported = ~0ULL;
+struct FakeNvLink {
+  int exists;
+  int active;
+  unsigned long long counters[kCounters];  // kUnsupported: NOT_SUPPORTED
+};
+static FakeNvLink g_nvlinks[2][kMaxLinks];
+static int g_lost[2];
+
+void fakeNvmlReset() {
+  std::memset(g_nvlinks, 0, sizeof g_nvlinks);
+  std::memset(g_lost, 0, sizeof g_lost);
+  g_nvlinks[0][0] = {1, 1, {3, 1, 2, 0}};
+  g_nvlinks[0][1] = {1, 0, {0, 4, 0, kUnsupported}};
+}
+// Defaults in place before the first call.
+__attribute__((constructor)) static void FakeNvmlLoad() { fakeNvmlReset(); }
+
+void fakeNvmlSetNvLinkState(unsigned int gpu, unsigned int link, int active) {
+  g_nvlinks[gpu][link].exists = 1;
+  g_nvlinks[gpu][link].active = active;
+}
+void fakeNvmlSetNvLinkErrorCounter(unsigned int gpu, unsigned int link, int counter,
+                                   unsigned long long value) {
+  g_nvlinks[gpu][link].counters[counter] = value;
+}
+// A lost GPU answers every NVLink call with NVML_ERROR_GPU_IS_LOST.
+void fakeNvmlSetGpuLost(unsigned int gpu, int lost) { g_lost[gpu] = lost; }
+
+static int NvLinkStatus(nvmlDevice_st* d, unsigned int link) {
+  if (g_lost[d->index]) return 15;  // NVML_ERROR_GPU_IS_LOST
+  if (d->index == 1) return 3;      // NVML_ERROR_NOT_SUPPORTED: no NVLink on this board
+  if (link >= kMaxLinks || !g_nvlinks[d->index][link].exists) return 2;  // INVALID_ARGUMENT
+  return 0;
+}
+int nvmlDeviceGetNvLinkState(nvmlDevice_st* d, unsigned int link, int* is_active) {
+  if (int r = NvLinkStatus(d, link); r != 0) return r;
+  *is_active = g_nvlinks[d->index][link].active;
+  return 0;
+}
+int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_st* d, unsigned int link, int counter,
+                                    unsigned long long* value) {
+  if (int r = NvLinkStatus(d, link); r != 0) return r;
+  if (counter < 0 || counter >= kCounters) return 2;
+  unsigned long long v = g_nvlinks[d->index][link].counters[counter];
+  if (v == kUnsupported) return 3;
+  *value = v;
+  return 0;
+}
+#endif
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "agent/links.h"
 #include "core/names.h"
 
 namespace trainyard::agent {
@@ -108,6 +109,14 @@ std::string KnownGpuTypes() {
     out += t.type;
   }
   return out;
+}
+
+NoGpus::NoGpus() : NoGpus(kInfinibandSysfsRoot) {}
+
+NoGpus::NoGpus(std::string infiniband_root) : infiniband_root_(std::move(infiniband_root)) {}
+
+std::vector<LinkSample> NoGpus::SampleLinks() {
+  return KeepLinksSeenUp(ReadInfinibandLinks(infiniband_root_), links_seen_up_);
 }
 
 Result<std::unique_ptr<SimulatedGpus>> SimulatedGpus::Create(int count, std::string_view type,

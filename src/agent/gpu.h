@@ -6,8 +6,9 @@
 // (below), which models N GPUs of one type and two links whose telemetry follows what
 // runs on them and which injected faults (faults.h) make misbehave. Telemetry fields a
 // backend cannot read for one GPU (ECC on a consumer card, XIDs without an event
-// source) are empty optionals, "unavailable", never an error for the node; a backend
-// that cannot read links (NVML) reports none.
+// source) are empty optionals, "unavailable", never an error for the node. Real nodes
+// (NVML, NoGpus) report their InfiniBand ports from sysfs (links.h), NVML nodes their
+// NVLinks too, leaving out those never seen up (unused ports).
 //
 // Thread-safety: Discover/Sample/SampleLinks/SetBusyGpus/ApplyFaults are called from
 // one thread (the agent loop). SimulatedGpus additionally takes SetFaults from any
@@ -54,10 +55,12 @@ struct GpuSample {
 
 // One network link of the node.
 struct LinkSample {
-  std::string name;  // "ib0", "nvlink0"
+  std::string name;  // "ib0", "nvlink0"; real ones "mlx5_0/1", "gpu0/nvlink3"
   std::string kind;  // "ib" | "nvlink"
   bool up = true;
-  int64_t errors = 0;  // errors counted since the agent started
+  // An error counter: it only grows, except that it restarts from zero (the agent's
+  // start for simulated links; a driver load or counter reset for real ones).
+  int64_t errors = 0;
 };
 
 class GpuBackend {
@@ -79,11 +82,21 @@ class GpuBackend {
 };
 
 // A backend with no GPUs: a CPU-only node, or a node whose driver could not be loaded.
+// Its links are the node's InfiniBand ports read under `infiniband_root` (by default
+// /sys/class/infiniband), those seen up at least once since it was made (links.h).
 class NoGpus : public GpuBackend {
  public:
+  NoGpus();
+  explicit NoGpus(std::string infiniband_root);
+
   Result<std::vector<GpuDevice>> Discover() override { return std::vector<GpuDevice>{}; }
   Result<std::vector<GpuSample>> Sample(Timestamp) override { return std::vector<GpuSample>{}; }
+  std::vector<LinkSample> SampleLinks() override;
   bool simulated() const override { return false; }
+
+ private:
+  const std::string infiniband_root_;
+  std::set<std::string> links_seen_up_;
 };
 
 // Maps a driver's model name to our GPU type: "NVIDIA H100 80GB HBM3" -> "H100",

@@ -1,7 +1,13 @@
 #include "agent/gpu.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "agent/links.h"
 #include "agent/nvml.h"
 #include "core/names.h"
 
@@ -228,9 +234,62 @@ TEST(SimulatedGpusTest, LinkDownTakesIb0DownAndCountsErrorsPerSample) {
   EXPECT_EQ(links[0].errors, 2) << "errors count since the agent started";
 }
 
-TEST(NoGpusTest, HasNoLinksAndIgnoresFaults) {
-  NoGpus none;
+// A fake /sys/class/infiniband: mlx5_0/1 active with 2 errors, mlx5_0/2 with no cable.
+class FakeInfiniband {
+ public:
+  FakeInfiniband() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "trainyard-gpu-ib-XXXXXX").string();
+    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+    root_ = pattern;
+    SetPort("1", true);
+    const std::filesystem::path counters = root_ / "mlx5_0" / "ports" / "1" / "counters";
+    std::filesystem::create_directories(counters);
+    std::ofstream(counters / "symbol_error") << "2\n";
+    SetPort("2", false);
+  }
+  ~FakeInfiniband() {
+    std::error_code ignored;
+    std::filesystem::remove_all(root_, ignored);
+  }
+  void SetPort(const std::string& port, bool up) {
+    const std::filesystem::path dir = root_ / "mlx5_0" / "ports" / port;
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "state") << (up ? "4: ACTIVE\n" : "1: DOWN\n");
+    std::ofstream(dir / "phys_state") << (up ? "5: LinkUp\n" : "2: Polling\n");
+  }
+  std::string root() const { return root_.string(); }
+
+ private:
+  std::filesystem::path root_;
+};
+
+TEST(NoGpusTest, ReportsInfinibandPortsOnceSeenUpAndIgnoresFaults) {
+  FakeInfiniband ib;
+  NoGpus none(ib.root());
   none.ApplyFaults({{"l", FaultKind::kLinkDown, -1, 0, 0}});
+  auto links = none.SampleLinks();
+  ASSERT_EQ(links.size(), 1u) << "mlx5_0/2 has never been up: nothing is plugged in";
+  EXPECT_EQ(links[0].name, "mlx5_0/1");
+  EXPECT_EQ(links[0].kind, "ib");
+  EXPECT_TRUE(links[0].up) << "a real node's links do not show injected faults";
+  EXPECT_EQ(links[0].errors, 2);
+
+  ib.SetPort("2", true);
+  links = none.SampleLinks();
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_EQ(links[1].name, "mlx5_0/2");
+  EXPECT_TRUE(links[1].up);
+  ib.SetPort("1", false);
+  ib.SetPort("2", false);
+  links = none.SampleLinks();
+  ASSERT_EQ(links.size(), 2u) << "links seen up are reported down";
+  EXPECT_FALSE(links[0].up);
+  EXPECT_FALSE(links[1].up);
+}
+
+TEST(NoGpusTest, NodeWithoutInfinibandHasNoLinks) {
+  NoGpus none("/nonexistent/sys/class/infiniband");
   EXPECT_TRUE(none.SampleLinks().empty());
 }
 
@@ -287,6 +346,132 @@ TEST(NvmlGpusTest, ReadsDevicesAndTelemetryThroughTheLoadedLibrary) {
   const GpuSample& b = (*samples)[1];
   EXPECT_TRUE(*b.throttled);
   EXPECT_FALSE(b.ecc_uncorrectable.has_value()) << "unsupported ECC is unavailable, not an error";
+}
+
+// The fake library's NVLink controls (fake_nvml.cc), reset to its defaults around a
+// test. Holding the library open keeps its state between NvmlGpus instances.
+class FakeNvLinks {
+ public:
+  FakeNvLinks() : handle_(dlopen(TRAINYARD_FAKE_NVML, RTLD_NOW | RTLD_LOCAL)) {
+    EXPECT_NE(handle_, nullptr) << dlerror();
+    reset_ = reinterpret_cast<void (*)()>(dlsym(handle_, "fakeNvmlReset"));
+    set_state_ = reinterpret_cast<void (*)(unsigned, unsigned, int)>(
+        dlsym(handle_, "fakeNvmlSetNvLinkState"));
+    set_counter_ = reinterpret_cast<void (*)(unsigned, unsigned, int, unsigned long long)>(
+        dlsym(handle_, "fakeNvmlSetNvLinkErrorCounter"));
+    set_lost_ = reinterpret_cast<void (*)(unsigned, int)>(dlsym(handle_, "fakeNvmlSetGpuLost"));
+    EXPECT_TRUE(reset_ && set_state_ && set_counter_ && set_lost_);
+    reset_();
+  }
+  ~FakeNvLinks() {
+    reset_();
+    dlclose(handle_);
+  }
+  void SetState(unsigned gpu, unsigned link, bool active) { set_state_(gpu, link, active); }
+  void SetCounter(unsigned gpu, unsigned link, int counter, unsigned long long v) {
+    set_counter_(gpu, link, counter, v);
+  }
+  void SetLost(unsigned gpu, bool lost) { set_lost_(gpu, lost); }
+
+ private:
+  void* handle_;
+  void (*reset_)() = nullptr;
+  void (*set_state_)(unsigned, unsigned, int) = nullptr;
+  void (*set_counter_)(unsigned, unsigned, int, unsigned long long) = nullptr;
+  void (*set_lost_)(unsigned, int) = nullptr;
+};
+
+TEST(NvmlGpusTest, ReportsNvLinksThenInfinibandPorts) {
+  FakeNvLinks fake;
+  FakeInfiniband ib;
+  auto nvml = NvmlGpus::Open(TRAINYARD_FAKE_NVML, ib.root());
+  ASSERT_TRUE(nvml.ok()) << nvml.status().ToString();
+  auto links = (*nvml)->SampleLinks();
+  // GPU 0 has two NVLinks, the second never active yet; GPU 1 has none (NOT_SUPPORTED);
+  // indices 2..17 do not exist. mlx5_0/2 has never been up either.
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_EQ(links[0].name, "gpu0/nvlink0");
+  EXPECT_EQ(links[0].kind, "nvlink");
+  EXPECT_TRUE(links[0].up);
+  EXPECT_EQ(links[0].errors, 6) << "replay 3 + recovery 1 + CRC flit 2 + CRC data 0";
+  EXPECT_EQ(links[1].name, "mlx5_0/1");
+  EXPECT_EQ(links[1].kind, "ib");
+  EXPECT_EQ(links[1].errors, 2);
+
+  // The second NVLink comes up (say the fabric manager started late) and goes down.
+  fake.SetState(0, 1, true);
+  links = (*nvml)->SampleLinks();
+  ASSERT_EQ(links.size(), 3u);
+  EXPECT_EQ(links[1].name, "gpu0/nvlink1");
+  EXPECT_TRUE(links[1].up);
+  EXPECT_EQ(links[1].errors, 4) << "an unsupported counter counts nothing";
+  fake.SetState(0, 1, false);
+  links = (*nvml)->SampleLinks();
+  ASSERT_EQ(links.size(), 3u);
+  EXPECT_EQ(links[1].name, "gpu0/nvlink1");
+  EXPECT_FALSE(links[1].up);
+}
+
+TEST(NvmlGpusTest, NvLinkStateAndCountersAreReadAtEverySample) {
+  FakeNvLinks fake;
+  auto nvml = NvmlGpus::Open(TRAINYARD_FAKE_NVML, "/nonexistent");
+  ASSERT_TRUE(nvml.ok());
+  fake.SetState(0, 1, true);
+  ASSERT_EQ((*nvml)->SampleLinks().size(), 2u);
+  fake.SetCounter(0, 0, 0, 10);  // replays
+  fake.SetState(0, 0, false);
+  fake.SetCounter(0, 1, 1, 5);  // recoveries
+  auto links = (*nvml)->SampleLinks();
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_FALSE(links[0].up);
+  EXPECT_EQ(links[0].errors, 13);
+  EXPECT_TRUE(links[1].up);
+  EXPECT_EQ(links[1].errors, 5);
+  // Links are looked for once: one appearing later (it cannot, on real GPUs) is not.
+  fake.SetState(0, 5, true);
+  EXPECT_EQ((*nvml)->SampleLinks().size(), 2u);
+}
+
+TEST(NvmlGpusTest, LinksOfALostGpuStayAndReadDownWithTheirLastCounts) {
+  FakeNvLinks fake;
+  auto nvml = NvmlGpus::Open(TRAINYARD_FAKE_NVML, "/nonexistent");
+  ASSERT_TRUE(nvml.ok());
+  fake.SetState(0, 1, true);
+  ASSERT_EQ((*nvml)->SampleLinks().size(), 2u);
+  fake.SetLost(0, true);
+  auto links = (*nvml)->SampleLinks();
+  ASSERT_EQ(links.size(), 2u);
+  EXPECT_FALSE(links[0].up);
+  EXPECT_EQ(links[0].errors, 6) << "not a drop to 0, which would read as a counter restart";
+  EXPECT_FALSE(links[1].up);
+  EXPECT_EQ(links[1].errors, 4);
+  fake.SetLost(0, false);
+  links = (*nvml)->SampleLinks();
+  EXPECT_TRUE(links[0].up);
+  EXPECT_EQ(links[0].errors, 6);
+}
+
+TEST(NvmlGpusTest, GpuLostAtFirstSampleHasItsNvLinksLookedForAgain) {
+  FakeNvLinks fake;
+  fake.SetLost(0, true);
+  auto nvml = NvmlGpus::Open(TRAINYARD_FAKE_NVML, "/nonexistent");
+  ASSERT_TRUE(nvml.ok());
+  EXPECT_TRUE((*nvml)->SampleLinks().empty());
+  fake.SetLost(0, false);
+  auto links = (*nvml)->SampleLinks();
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].name, "gpu0/nvlink0");
+  EXPECT_TRUE(links[0].up);
+}
+
+TEST(NvmlGpusTest, DriverWithoutNvLinkFunctionsLoadsAndReportsInfinibandOnly) {
+  FakeInfiniband ib;
+  auto nvml = NvmlGpus::Open(TRAINYARD_FAKE_NVML_WITHOUT_NVLINK, ib.root());
+  ASSERT_TRUE(nvml.ok()) << nvml.status().ToString();
+  ASSERT_EQ((*(*nvml)->Discover()).size(), 2u);
+  auto links = (*nvml)->SampleLinks();
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].name, "mlx5_0/1");
 }
 
 }  // namespace

@@ -2,12 +2,19 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <limits>
+
+#include "core/names.h"
+
 namespace trainyard::agent {
 
 // The parts of nvml.h we use, declared from NVIDIA's documented ABI.
 namespace {
 using nvmlReturn_t = int;
 constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
+constexpr nvmlReturn_t kNvmlErrorNotSupported = 3;
 struct nvmlDevice_st;
 using nvmlDevice_t = nvmlDevice_st*;
 struct nvmlMemory_t {
@@ -27,6 +34,11 @@ constexpr unsigned kNvmlBufferSize = 96;        // NVML_DEVICE_{NAME_V2,UUID_V2}
 // Throttle reasons that mean "held down": SW power cap, HW slowdown, SW thermal,
 // HW thermal, HW power brake. Idle and application-clock settings are not throttling.
 constexpr unsigned long long kThrottledMask = 0x4ULL | 0x8ULL | 0x20ULL | 0x40ULL | 0x80ULL;
+using nvmlEnableState_t = int;
+constexpr nvmlEnableState_t kNvmlFeatureEnabled = 1;  // NVML_FEATURE_ENABLED
+constexpr unsigned kNvmlNvLinkMaxLinks = 18;          // NVML_NVLINK_MAX_LINKS
+// The nvmlNvLinkErrorCounter_t values we sum are 0..3: NVML_NVLINK_ERROR_DL_REPLAY,
+// _DL_RECOVERY, _DL_CRC_FLIT, _DL_CRC_DATA (NvLink::counters holds one per value).
 }  // namespace
 
 struct NvmlGpus::Api {
@@ -44,6 +56,9 @@ struct NvmlGpus::Api {
   nvmlReturn_t (*get_clock)(nvmlDevice_t, int, unsigned int*);
   nvmlReturn_t (*get_throttle)(nvmlDevice_t, unsigned long long*);
   nvmlReturn_t (*get_ecc)(nvmlDevice_t, int, int, unsigned long long*);
+  // Optional (null when the driver lacks them).
+  nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned int, nvmlEnableState_t*);
+  nvmlReturn_t (*nvlink_error_counter)(nvmlDevice_t, unsigned int, int, unsigned long long*);
 
   std::string Error(nvmlReturn_t r) const {
     const char* s = error_string != nullptr ? error_string(r) : nullptr;
@@ -60,9 +75,15 @@ bool Resolve(void* handle, const char* name, Fn*& out, std::string& missing) {
   return out != nullptr;
 }
 
+template <typename Fn>
+void ResolveOptional(void* handle, const char* name, Fn*& out) {
+  out = reinterpret_cast<Fn*>(dlsym(handle, name));
+}
+
 }  // namespace
 
-Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library) {
+Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library,
+                                                 std::string infiniband_root) {
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     return NotFound("NVML: " + library +
@@ -84,6 +105,8 @@ Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library) {
   Resolve(handle, "nvmlDeviceGetClockInfo", api->get_clock, missing);
   Resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", api->get_throttle, missing);
   Resolve(handle, "nvmlDeviceGetTotalEccErrors", api->get_ecc, missing);
+  ResolveOptional(handle, "nvmlDeviceGetNvLinkState", api->nvlink_state);
+  ResolveOptional(handle, "nvmlDeviceGetNvLinkErrorCounter", api->nvlink_error_counter);
   if (!missing.empty()) {
     dlclose(handle);
     return Unavailable("NVML: " + library + " has no " + missing +
@@ -97,11 +120,12 @@ Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library) {
                        "; is the NVIDIA driver loaded? (use --simulated-gpus N to run without "
                        "GPUs)");
   }
-  return std::unique_ptr<NvmlGpus>(new NvmlGpus(handle, std::move(api)));
+  return std::unique_ptr<NvmlGpus>(
+      new NvmlGpus(handle, std::move(api), std::move(infiniband_root)));
 }
 
-NvmlGpus::NvmlGpus(void* handle, std::unique_ptr<Api> api)
-    : handle_(handle), api_(std::move(api)) {}
+NvmlGpus::NvmlGpus(void* handle, std::unique_ptr<Api> api, std::string infiniband_root)
+    : handle_(handle), api_(std::move(api)), infiniband_root_(std::move(infiniband_root)) {}
 
 NvmlGpus::~NvmlGpus() {
   api_->shutdown();
@@ -172,6 +196,74 @@ Result<std::vector<GpuSample>> NvmlGpus::Sample(Timestamp /*now*/) {
       }
     }
     out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<LinkSample> NvmlGpus::SampleLinks() {
+  std::vector<LinkSample> links = SampleNvLinks();
+  std::vector<LinkSample> ib = ReadInfinibandLinks(infiniband_root_);
+  links.insert(links.end(), std::make_move_iterator(ib.begin()), std::make_move_iterator(ib.end()));
+  return KeepLinksSeenUp(std::move(links), links_seen_up_);
+}
+
+std::vector<LinkSample> NvmlGpus::SampleNvLinks() {
+  if (api_->nvlink_state == nullptr) return {};
+  unsigned int count = 0;
+  if (api_->get_count(&count) == kNvmlSuccess) {
+    count = std::min<unsigned int>(count, kMaxGpusPerNode);
+    if (probed_.size() < count) probed_.resize(count, false);
+  }
+  for (unsigned int i = 0; i < probed_.size() && nvlinks_.size() < kMaxNvLinks; ++i) {
+    if (probed_[i]) continue;
+    nvmlDevice_t dev = nullptr;
+    if (api_->get_handle(i, &dev) != kNvmlSuccess) continue;  // look again next time
+    std::vector<NvLink> found;
+    bool answered = true;
+    for (unsigned int l = 0; l < kNvmlNvLinkMaxLinks; ++l) {
+      nvmlEnableState_t active = 0;
+      nvmlReturn_t r = api_->nvlink_state(dev, l, &active);
+      if (r == kNvmlSuccess) {
+        found.push_back({i, l, {}});
+      } else if (r != kNvmlErrorNotSupported && r != kNvmlErrorInvalidArgument) {
+        answered = false;  // e.g. the GPU is lost: no answer about its links yet
+        break;
+      }
+    }
+    if (!answered) continue;
+    probed_[i] = true;
+    found.resize(std::min(found.size(), kMaxNvLinks - nvlinks_.size()));
+    nvlinks_.insert(nvlinks_.end(), found.begin(), found.end());
+    // A GPU probed late (it was lost at first) goes in its place.
+    std::sort(nvlinks_.begin(), nvlinks_.end(), [](const NvLink& a, const NvLink& b) {
+      return a.gpu != b.gpu ? a.gpu < b.gpu : a.link < b.link;
+    });
+  }
+
+  std::vector<LinkSample> out;
+  out.reserve(nvlinks_.size());
+  for (NvLink& k : nvlinks_) {
+    LinkSample s;
+    s.name = "gpu" + std::to_string(k.gpu) + "/nvlink" + std::to_string(k.link);
+    s.kind = "nvlink";
+    s.up = false;
+    nvmlDevice_t dev = nullptr;
+    if (api_->get_handle(k.gpu, &dev) == kNvmlSuccess) {
+      nvmlEnableState_t active = 0;
+      s.up =
+          api_->nvlink_state(dev, k.link, &active) == kNvmlSuccess && active == kNvmlFeatureEnabled;
+      for (size_t c = 0; c < k.counters.size() && api_->nvlink_error_counter != nullptr; ++c) {
+        unsigned long long v = 0;
+        if (api_->nvlink_error_counter(dev, k.link, static_cast<int>(c), &v) == kNvmlSuccess) {
+          k.counters[c] = v;
+        }
+      }
+    }
+    constexpr auto kMax = static_cast<unsigned long long>(std::numeric_limits<int64_t>::max());
+    unsigned long long sum = 0;
+    for (unsigned long long v : k.counters) sum = v > kMax - sum ? kMax : sum + v;
+    s.errors = static_cast<int64_t>(sum);
+    out.push_back(std::move(s));
   }
   return out;
 }
