@@ -46,23 +46,40 @@ bool IsValidUtf8(std::string_view s) { return FirstInvalidUtf8(s) == std::string
 std::string QuoteForMessage(std::string_view value) {
   constexpr size_t kMax = 80;
   std::string out = "\"";
+  auto escape = [&out](unsigned char c) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+  };
   size_t n = 0;
-  for (unsigned char c : value) {
-    // Cut before the 81st character, never inside one: continuation bytes (10xxxxxx)
-    // do not count.
-    if ((c & 0xC0) != 0x80 && n++ == kMax) {
+  for (size_t i = 0; i < value.size();) {
+    if (n++ == kMax) {
       out += "...";
       break;
     }
+    const unsigned char c = static_cast<unsigned char>(value[i]);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
+      ++i;
     } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
+      escape(c);
+      ++i;
+    } else if (c < 0x80) {
       out += static_cast<char>(c);
+      ++i;
+    } else {
+      // A whole, valid UTF-8 character as it is; any other byte escaped (a YAML or JSON
+      // escape can put any byte in a string), so the message stays valid UTF-8.
+      const size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+      const bool whole = len > 0 && i + len <= value.size() && IsValidUtf8(value.substr(i, len));
+      if (whole) {
+        out.append(value.substr(i, len));
+        i += len;
+      } else {
+        escape(c);
+        ++i;
+      }
     }
   }
   out += '"';

@@ -107,6 +107,10 @@ TEST(QuoteForMessageTest, CutsLongValuesBetweenCharactersNotInsideOne) {
   // 80 characters kept (the 80th is the first e-acute, both of its bytes), then "...".
   EXPECT_EQ(q, "\"" + std::string(79, 'a') + "\xc3\xa9...\"");
   EXPECT_EQ(QuoteForMessage("a\x1b[2Jb\"c"), "\"a\\x1b[2Jb\\\"c\"");
+  // A byte that is no part of a valid UTF-8 character (YAML's "\x80" makes one) is
+  // escaped, so the message stays valid UTF-8.
+  EXPECT_EQ(QuoteForMessage("{{jo\x80id}} \xc3\xa9"), "\"{{jo\\x80id}} \xc3\xa9\"");
+  EXPECT_EQ(QuoteForMessage("\xc3"), "\"\\xc3\"");
 }
 
 }  // namespace
