@@ -164,7 +164,8 @@ EOF
 SERVER_FLAGS=(--alert-rules "$WORK/rules.yaml" --alert-interval 250ms
   --alert-webhook "http://127.0.0.1:$(cat "$WORK/hook.port")/hook")
 start_server
-for n in node-0 node-1 node-2; do start_repo_agent "$n"; done
+declare -A AGENT_OF  # node -> its agent's pid (start_repo_agent execs the agent)
+for n in node-0 node-1 node-2; do start_repo_agent "$n"; AGENT_OF[$n]=${PIDS[-1]}; done
 wait_nodes 3
 
 # --- the job: the example trainer as 3 ranks of 1 GPU each ---
@@ -225,7 +226,7 @@ case $SCENARIO in
     read -r NODE GPU < <(placement 0)
     inject "$NODE" grad-spike ;;
   heartbeat) RULE=NodeHeartbeatLost; CAUSE=node_lost; FOR=4; WANT_NODE=$NODE; WANT_GPU=
-    AGENT_PID=$(pgrep -f -- "--data-dir $WORK/agents/$NODE( |$)" | head -1)
+    AGENT_PID=${AGENT_OF[$NODE]}
     [[ -n $AGENT_PID ]] || fail "no agent process for $NODE"
     kill -STOP "$AGENT_PID" ;;
   *) echo "unknown scenario $SCENARIO" >&2; exit 2 ;;
