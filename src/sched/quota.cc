@@ -8,27 +8,29 @@ namespace trainyard::sched {
 QuotaState::QuotaState(const Snapshot& snapshot) {
   implicit_ = snapshot.queues.empty();
   if (implicit_) {
+    // Keys view the snapshot's names while collecting, then the queues' own.
     auto add = [&](const std::string& tenant, const std::string& queue) {
-      if (by_key_.count(Key(tenant, queue))) return;
+      if (!by_key_.try_emplace({tenant, queue}, static_cast<int>(queues_.size())).second) return;
       Queue q;
       q.name = queue;
       q.tenant = tenant;
       q.limit_gpus = std::numeric_limits<int64_t>::max() / 4;
-      by_key_[Key(tenant, queue)] = static_cast<int>(queues_.size());
       queues_.push_back(std::move(q));
     };
     for (const auto& j : snapshot.running) add(j.tenant, j.queue);
     for (const auto& j : snapshot.pending) add(j.tenant, j.queue);
+    by_key_.clear();
   } else {
     queues_ = snapshot.queues;
-    for (size_t i = 0; i < queues_.size(); ++i) {
-      by_key_[Key(queues_[i].tenant, queues_[i].name)] = static_cast<int>(i);
-    }
+  }
+  by_key_.reserve(queues_.size());
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    by_key_.insert_or_assign({queues_[i].tenant, queues_[i].name}, static_cast<int>(i));
   }
   parent_.assign(queues_.size(), -1);
   for (size_t i = 0; i < queues_.size(); ++i) {
     if (queues_[i].parent.empty()) continue;
-    auto it = by_key_.find(Key(queues_[i].tenant, queues_[i].parent));
+    auto it = by_key_.find({queues_[i].tenant, queues_[i].parent});
     if (it != by_key_.end() && it->second != static_cast<int>(i)) parent_[i] = it->second;
   }
   // A cycle in parents (bad input) is cut so that walks terminate.
@@ -54,7 +56,7 @@ QuotaState::QuotaState(const Snapshot& snapshot) {
 }
 
 int QuotaState::Find(const std::string& tenant, const std::string& queue) const {
-  auto it = by_key_.find(Key(tenant, queue));
+  auto it = by_key_.find({tenant, queue});
   return it == by_key_.end() ? -1 : it->second;
 }
 

@@ -15,7 +15,9 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sched/snapshot.h"
@@ -56,10 +58,16 @@ class QuotaState {
   std::vector<Queue> queues_;
   std::vector<int> parent_;
   std::vector<Resources> used_;
-  std::unordered_map<std::string, int> by_key_;  // tenant + '\n' + queue
-  static std::string Key(const std::string& tenant, const std::string& queue) {
-    return tenant + '\n' + queue;
-  }
+  // (tenant, queue) -> index; the views are of queues_' names, which do not move.
+  using NameKey = std::pair<std::string_view, std::string_view>;
+  struct NameKeyHash {
+    size_t operator()(const NameKey& k) const {
+      const size_t a = std::hash<std::string_view>{}(k.first);
+      return a ^ (std::hash<std::string_view>{}(k.second) + 0x9e3779b97f4a7c15ull + (a << 6) +
+                  (a >> 2));
+    }
+  };
+  std::unordered_map<NameKey, int, NameKeyHash> by_key_;
   Resources cluster_;
 };
 
