@@ -213,7 +213,7 @@ ordered_json RenderReplayJson(const sim::ReplayResult& result) {
     }
     st["reservations"] = std::move(reservations);
     ordered_json waiting = ordered_json::array();
-    for (const auto& w : d.waiting) waiting.push_back({{"job", w.job}, {"reason", w.reason}});
+    for (const auto& w : d.waiting) waiting.push_back({{"job", w.job}, {"reason", w.reason.str()}});
     st["waiting"] = std::move(waiting);
     ordered_json infeasible = ordered_json::array();
     for (const auto& i : d.infeasible) infeasible.push_back({{"job", i.job}, {"reason", i.reason}});

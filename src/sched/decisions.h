@@ -6,7 +6,9 @@
 // A job that caused preemptions or holds a reservation is also in `waiting`.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sched/snapshot.h"
@@ -41,9 +43,31 @@ struct Reserve {
   bool operator==(const Reserve&) const = default;
 };
 
+// Immutable text shared by the decisions that give it: one pass leaves tens of
+// thousands of jobs waiting, for a few thousand distinct reasons, and a copy each
+// would be an allocation each.
+class SharedText {
+ public:
+  SharedText() = default;
+  SharedText(std::string text)  // NOLINT: implicit, it stands for a string
+      : text_(std::make_shared<const std::string>(std::move(text))) {}
+  SharedText(const char* text) : SharedText(std::string(text)) {}  // NOLINT
+
+  const std::string& str() const { return text_ ? *text_ : Empty(); }
+  operator const std::string&() const { return str(); }  // NOLINT
+  bool operator==(const SharedText& o) const { return str() == o.str(); }
+
+ private:
+  static const std::string& Empty() {
+    static const std::string empty;
+    return empty;
+  }
+  std::shared_ptr<const std::string> text_;
+};
+
 struct Waiting {
   JobId job = 0;
-  std::string reason;  // "waiting for 16x H100 in one leaf; queue 'research' at its limit ..."
+  SharedText reason;  // "waiting for 16x H100 in one leaf; queue 'research' at its limit ..."
 
   bool operator==(const Waiting&) const = default;
 };

@@ -278,6 +278,7 @@ void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
 }
 
 void NodeIndex::Reserve(int n, uint64_t gpu_mask, Timestamp from) {
+  ++reservation_epoch_;
   Unbucket(n);
   NodeSlot& s = slots_[n];
   gpu_mask &= s.free_mask;
@@ -298,6 +299,7 @@ void NodeIndex::Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
 }
 
 void NodeIndex::Unreserve(int n, uint64_t gpu_mask) {
+  ++reservation_epoch_;
   Unbucket(n);
   NodeSlot& s = slots_[n];
   gpu_mask &= s.reserved_mask;

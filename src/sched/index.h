@@ -129,6 +129,9 @@ class NodeIndex {
   void Unreserve(int n, uint64_t gpu_mask);
   // Nodes that hold reserved GPUs, ascending.
   const std::set<int32_t>& ReservedNodes() const { return reserved_nodes_; }
+  // Changes whenever Reserve or Unreserve is called: what was computed from the
+  // reservations stays valid while it is the same.
+  uint64_t ReservationEpoch() const { return reservation_epoch_; }
 
   // Free GPUs of `type` in the cluster (-1: all types), unreserved.
   int64_t FreeGpus(int type) const;
@@ -151,6 +154,7 @@ class NodeIndex {
   int bucket_stride_ = 65;                     // 1 + the most GPUs on one node
   std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
   std::set<int32_t> reserved_nodes_;
+  uint64_t reservation_epoch_ = 0;
   std::vector<int64_t> free_by_type_;
   std::vector<int32_t> nodes_by_type_free_;  // type * 65 + free -> schedulable nodes
   std::vector<int64_t> total_by_type_;

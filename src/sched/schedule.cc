@@ -42,7 +42,6 @@ struct JobCtx {
   std::vector<int32_t> excluded;
   int64_t gpus = 0;  // at min_replicas
   int shape = -1;    // index into the pass's shape table
-  Ordering::Key static_key;
 };
 
 constexpr double kBelowGuaranteePenalty = 1e15;
@@ -124,7 +123,9 @@ class Pass {
   void Admit(std::vector<std::pair<size_t, size_t>>& by_queue) {
     std::vector<JobCtx> admitted;
     admitted.reserve(snap_.pending.size());
-    std::vector<std::vector<int>> queued;
+    // Per queue, (order key, index into admitted): sorted without reaching into the
+    // contexts, which would be a cache miss per comparison.
+    std::vector<std::vector<std::pair<Ordering::Key, int>>> queued;
     out_.waiting.reserve(snap_.pending.size());
     for (const PendingJob& job : snap_.pending) {
       const int queue = quota_.Find(job.tenant, job.queue);
@@ -172,7 +173,7 @@ class Pass {
         continue;
       }
       if (job.held) {
-        out_.waiting.push_back({job.id, "held; release it to schedule"});
+        out_.waiting.push_back({job.id, held_text_});
         continue;
       }
       if (job.eligible_time > snap_.now) {
@@ -180,9 +181,9 @@ class Pass {
             {job.id, "retry backoff until " + FormatTimestamp(job.eligible_time)});
         continue;
       }
-      ctx.static_key = ordering_->KeyOf(job, 0, false);
       if (static_cast<int>(queued.size()) <= ctx.queue) queued.resize(ctx.queue + 1);
-      queued[ctx.queue].push_back(static_cast<int>(admitted.size()));
+      queued[ctx.queue].emplace_back(ordering_->KeyOf(job, 0, false),
+                                     static_cast<int>(admitted.size()));
       admitted.push_back(std::move(ctx));
     }
     // Laid out in the order the loop visits them, so it reads memory in sequence.
@@ -190,11 +191,9 @@ class Pass {
     by_queue.resize(queued.size());
     for (size_t q = 0; q < queued.size(); ++q) {
       auto& jobs = queued[q];
-      std::sort(jobs.begin(), jobs.end(), [&](int a, int b) {
-        return std::tie(admitted[a].static_key, a) < std::tie(admitted[b].static_key, b);
-      });
+      std::sort(jobs.begin(), jobs.end());  // by key, then by snapshot order
       by_queue[q].first = ctxs_.size();
-      for (int i : jobs) ctxs_.push_back(std::move(admitted[i]));
+      for (const auto& [key, i] : jobs) ctxs_.push_back(std::move(admitted[i]));
       by_queue[q].second = ctxs_.size();
     }
     // Point requests at their exclusions, now that contexts do not move.
@@ -264,7 +263,7 @@ class Pass {
                                 std::to_string(policy_.max_preemption_searches) + " reached)"
                           : "";
     if (policy_.backfill && reservations_made_ < policy_.reservations) {
-      std::string reason = WaitReason(c, deferred);  // before its own GPUs are held
+      std::string reason = WaitReason(c, deferred).str();  // before its own GPUs are held
       if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_, claimed_)) {
         ++reservations_made_;
         Claim(planned->placement);
@@ -364,27 +363,44 @@ class Pass {
   std::optional<GangPlacement> BackfillIntoReservations(const JobCtx& c, const GangRequest& req) {
     if (reservations_made_ == 0 || c.job->time_limit.count() <= 0) return std::nullopt;
     const Timestamp end = snap_.now + c.job->time_limit;
+    // Which reservations lend GPUs depends only on the job's end time, and the lent
+    // set only grows with it; capacity only shrinks: a miss stays a miss. Counting
+    // the lenders needs no change to the index, so a known miss costs a search.
+    const size_t lenders = LendersFrom(end);
+    if (lenders == 0) return std::nullopt;
+    const Key key{{c.shape, static_cast<int64_t>(lenders)}};
+    const bool cacheable = c.excluded.empty() && req.max_replicas == c.req.max_replicas;
+    if (cacheable && backfill_misfit_.count(key)) return std::nullopt;
     std::vector<std::tuple<int32_t, uint64_t, Timestamp>> lent;
+    lent.reserve(lenders);
     for (int32_t n : index_.ReservedNodes()) {
       const NodeSlot& s = index_.slot(n);
       if (s.reserved_from >= end) lent.emplace_back(n, s.reserved_mask, s.reserved_from);
     }
     for (const auto& [n, mask, from] : lent) index_.Unreserve(n, mask);
-    if (lent.empty()) return std::nullopt;
-    // Which reservations lend GPUs depends only on the job's end time, and the lent
-    // set only grows with it; capacity only shrinks: a miss stays a miss.
-    const Key key{{c.shape, static_cast<int64_t>(lent.size())}};
-    std::optional<GangPlacement> p;
-    if (!c.excluded.empty() || !backfill_misfit_.count(key)) {
-      p = PlaceGang(index_, req, style_);
-      if (!p && c.excluded.empty() && req.max_replicas == c.req.max_replicas) {
-        backfill_misfit_.insert(key);
-      }
-    }
+    std::optional<GangPlacement> p = PlaceGang(index_, req, style_);
+    if (!p && cacheable) backfill_misfit_.insert(key);
     if (p) Commit(index_, *p, req.shape);
     for (const auto& [n, mask, from] : lent) index_.Reserve(n, mask, from);
-    if (p) Uncommit(index_, *p, req.shape);  // Bind commits it again
+    if (p) {
+      Uncommit(index_, *p, req.shape);  // Bind commits it again
+    } else {
+      lenders_epoch_ = index_.ReservationEpoch();  // the reservations are as they were
+    }
     return p;
+  }
+
+  // How many reserved nodes have all their reservations start at or after `end`.
+  size_t LendersFrom(Timestamp end) {
+    if (lenders_epoch_ != index_.ReservationEpoch()) {
+      lender_starts_.clear();
+      for (int32_t n : index_.ReservedNodes())
+        lender_starts_.push_back(index_.slot(n).reserved_from);
+      std::sort(lender_starts_.begin(), lender_starts_.end());
+      lenders_epoch_ = index_.ReservationEpoch();
+    }
+    return static_cast<size_t>(lender_starts_.end() -
+                               std::lower_bound(lender_starts_.begin(), lender_starts_.end(), end));
   }
 
   bool TryPreempt(const JobCtx& c) {
@@ -446,7 +462,7 @@ class Pass {
     }
     // Hold the free part of the planned placement so that no later job in this pass
     // takes it; the rest frees up as the victims stop.
-    std::string reason = WaitReason(c);
+    std::string reason = WaitReason(c).str();
     for (const auto& [n, mask] : found->placement.replicas) {
       index_.Reserve(n, mask & index_.slot(n).free_mask, snap_.now);
     }
@@ -492,7 +508,7 @@ class Pass {
 
   // The reason text depends on the shape and the free capacity only; jobs of one
   // shape share it until the index changes.
-  std::string WaitReason(const JobCtx& c, const std::string& suffix = "") {
+  SharedText WaitReason(const JobCtx& c, const std::string& suffix = "") {
     if (!c.excluded.empty()) return ComposeWaitReason(c) + suffix;
     ShapeInfo& info = shapes_[c.shape];
     const int k = suffix.empty() ? 0 : 1;  // the only suffix is the deferred-search note
@@ -503,27 +519,50 @@ class Pass {
     return info.reason[k];
   }
 
-  std::string ComposeWaitReason(const JobCtx& c) const {
+  // "waiting for <what>[; <free now>][<what else>]": the first and last parts are
+  // the shape's and composed once; the middle is the free capacity of a GPU type,
+  // composed once per type each time capacity changes.
+  std::string ComposeWaitReason(const JobCtx& c) {
     const Shape& s = c.req.shape;
-    std::string out = "waiting for ";
-    if (s.gpus == 0) {
-      out += std::to_string(s.replicas) + " replica(s) of " + Describe(c.job->per_replica);
-      return out;
+    ShapeInfo& info = shapes_[c.shape];
+    if (!info.wait_known) {
+      info.wait_known = true;
+      info.wait_head = "waiting for ";
+      if (s.gpus == 0) {
+        info.wait_head +=
+            std::to_string(s.replicas) + " replica(s) of " + Describe(c.job->per_replica);
+      } else {
+        if (s.replicas > 1) {
+          info.wait_head += std::to_string(s.replicas) + " x " + GpuCount(index_, s.gpus, s.type) +
+                            " (" + std::to_string(c.gpus) + " in all)";
+        } else {
+          info.wait_head += GpuCount(index_, s.gpus, s.type);
+        }
+        info.wait_head += TopologyText(c.req.topology);
+        if (s.cpu > 0 || s.mem > 0)
+          info.wait_tail = " (each replica also needs " + Describe(c.job->per_replica) + ")";
+      }
     }
-    if (s.replicas > 1) {
-      out += std::to_string(s.replicas) + " x " + GpuCount(index_, s.gpus, s.type) + " (" +
-             std::to_string(c.gpus) + " in all)";
-    } else {
-      out += GpuCount(index_, s.gpus, s.type);
-    }
-    out += TopologyText(c.req.topology);
-    const int max_free = index_.MaxFree(s.type);
-    out += "; " + GpuCount(index_, index_.FreeGpus(s.type), s.type) + " free";
-    if (max_free > 0) out += ", at most " + std::to_string(max_free) + " on one node";
-    if (s.cpu > 0 || s.mem > 0)
-      out += " (each replica also needs " + Describe(c.job->per_replica) + ")";
+    std::string out = info.wait_head;
+    if (s.gpus == 0) return out;
+    out += FreeText(s.type);
+    out += info.wait_tail;
     if (!c.excluded.empty()) out += "; " + std::to_string(c.excluded.size()) + " node(s) excluded";
     return out;
+  }
+
+  // "; 96 H100 free, at most 8 on one node" for `type` (-1: any), as of now.
+  const std::string& FreeText(int type) {
+    const size_t k = static_cast<size_t>(type + 1);
+    if (free_text_.size() <= k) free_text_.resize(k + 1, {-1, ""});
+    auto& [version, text] = free_text_[k];
+    if (version != version_) {
+      const int max_free = index_.MaxFree(type);
+      text = "; " + GpuCount(index_, index_.FreeGpus(type), type) + " free";
+      if (max_free > 0) text += ", at most " + std::to_string(max_free) + " on one node";
+      version = version_;
+    }
+    return text;
   }
 
   // Replica capacity of an empty cluster for one GPU type (-1: GPU-less shapes).
@@ -767,7 +806,9 @@ class Pass {
     bool misfit = false;
     std::string never;  // why it can never fit; empty when it can
     std::array<int64_t, 2> reason_version{-1, -1};
-    std::array<std::string, 2> reason;  // without and with the deferred-search note
+    std::array<SharedText, 2> reason;  // without and with the deferred-search note
+    bool wait_known = false;
+    std::string wait_head, wait_tail;  // of the reason, around the free capacity
   };
   int InternShape(const JobCtx& c) {
     const Shape& s = c.req.shape;
@@ -799,6 +840,7 @@ class Pass {
   std::vector<JobCtx> ctxs_;  // admitted jobs
   std::unordered_map<Key, int, KeyHash> shape_ids_;
   std::vector<ShapeInfo> shapes_;
+  std::vector<std::pair<int64_t, std::string>> free_text_;  // by type + 1: (version, text)
   std::vector<NodeClass> classes_;
   std::vector<int> class_of_;  // node -> class
   bool classes_built_ = false;
@@ -809,6 +851,8 @@ class Pass {
   // least as much of everything will not fit either.
   NeedsCache misfit_;
   std::unordered_set<Key, KeyHash> backfill_misfit_;
+  std::vector<Timestamp> lender_starts_;   // reserved_from of every reserved node, ascending
+  uint64_t lenders_epoch_ = ~uint64_t{0};  // the index's reservation epoch they are of
   NeedsCache no_victims_;
   std::vector<int> running_queue_;
   std::optional<VictimPool> pool_;  // built on the first victim search of the pass
@@ -817,6 +861,7 @@ class Pass {
   int searches_ = 0;               // victim searches so far in this pass
   bool search_limit_hit_ = false;  // the job considered now skipped its victim search
   JobId fifo_blocker_ = 0;
+  const SharedText held_text_{"held; release it to schedule"};
 };
 
 }  // namespace

@@ -442,7 +442,7 @@ Violations CheckReservations(const Snapshot& s, const Policy& policy, const Deci
   std::set<JobId> preemptors;
   for (const Preempt& p : d.preemptions) preemptors.insert(p.for_job);
   for (const Waiting& w : d.waiting) {
-    if (w.reason.find(" to stop") != std::string::npos) preemptors.insert(w.job);
+    if (w.reason.str().find(" to stop") != std::string::npos) preemptors.insert(w.job);
   }
   int backfill_reservations = 0;
   for (const Reserve& r : d.reservations) {
@@ -704,7 +704,7 @@ TEST(SchedulePropertyTest, NodeOrderDoesNotChangeWhichJobsAreBound) {
 Violations CheckInfeasibleMeansNever(const Snapshot& s, const Policy& policy, const Decisions& d) {
   Violations v;
   std::map<JobId, std::string> outcome;
-  for (const Waiting& w : d.waiting) outcome[w.job] = "waiting (" + w.reason + ")";
+  for (const Waiting& w : d.waiting) outcome[w.job] = "waiting (" + w.reason.str() + ")";
   for (const Infeasible& i : d.infeasible) outcome[i.job] = "infeasible (" + i.reason + ")";
   Snapshot empty = s;
   empty.running.clear();

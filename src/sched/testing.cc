@@ -608,7 +608,7 @@ std::string DecisionsToText(const Decisions& d, Timestamp now) {
            PlacementsText(r.replicas) + "\n";
   }
   for (const Waiting& w : d.waiting)
-    out += "waiting " + std::to_string(w.job) + ": " + w.reason + "\n";
+    out += "waiting " + std::to_string(w.job) + ": " + w.reason.str() + "\n";
   for (const Infeasible& i : d.infeasible) {
     out += "infeasible " + std::to_string(i.job) + ": " + i.reason + "\n";
   }

@@ -2217,7 +2217,7 @@ Result<PassStats> Cluster::Impl::ApplyLocked(
   for (const sched::Waiting& w : d.waiting) {
     auto it = jobs_.find(w.job);
     if (it != jobs_.end() && it->second.job.state == JobState::kPending) {
-      it->second.job.reason = it->second.job.held ? it->second.job.reason : w.reason;
+      it->second.job.reason = it->second.job.held ? it->second.job.reason : w.reason.str();
     }
     ++stats.waiting;
   }

@@ -593,7 +593,7 @@ class Replayer {
       r.outcome.lost_gpu_time += p.lost_gpu_time;
     }
     for (const sched::Waiting& w : d.waiting) {
-      if (auto it = jobs_.find(w.job); it != jobs_.end()) it->second.outcome.reason = w.reason;
+      if (auto it = jobs_.find(w.job); it != jobs_.end()) it->second.outcome.reason = w.reason.str();
     }
     for (const sched::Infeasible& inf : d.infeasible) {
       auto it = jobs_.find(inf.job);

@@ -439,7 +439,7 @@ steps:
 )");
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(StepAt(r, 0).decisions.waiting.size(), 1u);
-  EXPECT_THAT(StepAt(r, 0).decisions.waiting[0].reason, HasSubstr("held"));
+  EXPECT_THAT(StepAt(r, 0).decisions.waiting[0].reason.str(), HasSubstr("held"));
   ASSERT_EQ(StepAt(r, 0).decisions.binds.size(), 1u);
   EXPECT_EQ(StepAt(r, 0).decisions.binds[0].replicas[0].node, "a-0");
   // a-0 goes Down: job 1 is requeued with 10m x 8 GPUs lost; only a-1 is left.
