@@ -5,8 +5,9 @@
 #include <unordered_map>
 
 namespace trainyard::sched {
-namespace {
-const std::vector<int32_t> kEmpty;
+const std::vector<int32_t>& NodeIndex::EmptyBucket() {
+  static const std::vector<int32_t> empty;
+  return empty;
 }
 
 NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
@@ -156,6 +157,8 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   for (const NodeSlot& s : slots_) most_gpus = std::max(most_gpus, s.gpu_count);
   bucket_stride_ = most_gpus + 1;
   buckets_.assign(type_names_.size() * leaf_names_.size() * bucket_stride_, {});
+  leaf_free_bits_.assign(type_names_.size() * leaf_names_.size(), 0);
+  type_free_bits_.assign(type_names_.size(), 0);
   bucket_pos_.assign(slots_.size(), -1);
   for (size_t i = 0; i < slots_.size(); ++i) {
     NodeSlot& s = slots_[i];
@@ -221,28 +224,23 @@ int NodeIndex::MaxFree(int type) const {
     for (int t = 0; t < TypeCount(); ++t) m = std::max(m, MaxFree(t));
     return m;
   }
-  for (int f = 64; f > 0; --f) {
-    if (nodes_by_type_free_[type * 65 + f] > 0) return f;
-  }
-  return 0;
-}
-
-bool NodeIndex::AnyWithFree(int type, int free) const {
-  return type >= 0 && free >= 0 && free <= 64 && nodes_by_type_free_[type * 65 + free] > 0;
+  const uint64_t bits = type_free_bits_[type];
+  return bits == 0 ? 0 : 64 - __builtin_clzll(bits);
 }
 
 int64_t NodeIndex::LeafReplicaBound(int type, int leaf, int gpus) const {
+  gpus = std::max(gpus, 1);
+  if (gpus > 64) return 0;
+  // Free counts present in the leaf, from `gpus` up.
+  uint64_t bits = leaf_free_bits_[static_cast<size_t>(type) * leaf_names_.size() + leaf] >>
+                  (gpus - 1) << (gpus - 1);
   int64_t bound = 0;
-  for (int f = std::max(gpus, 1); f <= 64; ++f) {
-    if (nodes_by_type_free_[type * 65 + f] == 0) continue;
+  while (bits != 0) {
+    const int f = __builtin_ctzll(bits) + 1;
+    bits &= bits - 1;
     bound += static_cast<int64_t>(buckets_[BucketKey(type, leaf, f)].size()) * (f / gpus);
   }
   return bound;
-}
-
-const std::vector<int32_t>& NodeIndex::Bucket(int type, int leaf, int free) const {
-  if (type < 0 || free < 0 || free >= bucket_stride_) return kEmpty;
-  return buckets_[BucketKey(type, leaf, free)];
 }
 
 void NodeIndex::Unbucket(int n) {
@@ -254,8 +252,15 @@ void NodeIndex::Unbucket(int n) {
   bucket_pos_[b[pos]] = pos;
   b.pop_back();
   bucket_pos_[n] = -1;
-  free_by_type_[s.type] -= s.FreeGpus();
-  --nodes_by_type_free_[s.type * 65 + s.FreeGpus()];
+  const int f = s.FreeGpus();
+  free_by_type_[s.type] -= f;
+  if (f > 0) {
+    if (b.empty()) leaf_free_bits_[LeafKey(s.type, s.leaf)] &= ~(uint64_t{1} << (f - 1));
+    if (--nodes_by_type_free_[s.type * 65 + f] == 0)
+      type_free_bits_[s.type] &= ~(uint64_t{1} << (f - 1));
+  } else {
+    --nodes_by_type_free_[s.type * 65];
+  }
 }
 
 void NodeIndex::Rebucket(int n) {
@@ -264,8 +269,13 @@ void NodeIndex::Rebucket(int n) {
   auto& b = buckets_[BucketKey(s.type, s.leaf, s.FreeGpus())];
   bucket_pos_[n] = static_cast<int32_t>(b.size());
   b.push_back(n);
-  free_by_type_[s.type] += s.FreeGpus();
-  ++nodes_by_type_free_[s.type * 65 + s.FreeGpus()];
+  const int f = s.FreeGpus();
+  free_by_type_[s.type] += f;
+  ++nodes_by_type_free_[s.type * 65 + f];
+  if (f > 0) {
+    leaf_free_bits_[LeafKey(s.type, s.leaf)] |= uint64_t{1} << (f - 1);
+    type_free_bits_[s.type] |= uint64_t{1} << (f - 1);
+  }
 }
 
 void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {

@@ -114,9 +114,19 @@ class NodeIndex {
   // The most free GPUs on one schedulable node of `type` (-1: any type).
   int MaxFree(int type) const;
   // True when some schedulable node of `type` has exactly `free` free GPUs.
-  bool AnyWithFree(int type, int free) const;
+  bool AnyWithFree(int type, int free) const {
+    return type >= 0 && free >= 0 && free <= 64 && nodes_by_type_free_[type * 65 + free] > 0;
+  }
+  // True when some schedulable node of `type` in `leaf` has exactly `free` (> 0) free
+  // GPUs: a test of one bit, for walks that would otherwise visit empty buckets.
+  bool LeafHasFree(int type, int leaf, int free) const {
+    return free > 0 && free <= 64 && (leaf_free_bits_[LeafKey(type, leaf)] >> (free - 1) & 1) != 0;
+  }
   // Nodes of GPU type `type` in `leaf` with exactly `free` free GPUs.
-  const std::vector<int32_t>& Bucket(int type, int leaf, int free) const;
+  const std::vector<int32_t>& Bucket(int type, int leaf, int free) const {
+    if (type < 0 || free < 0 || free >= bucket_stride_) return EmptyBucket();
+    return buckets_[BucketKey(type, leaf, free)];
+  }
 
   // Takes `count` GPUs (by position mask), CPUs and memory from node `n`.
   void Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem);
@@ -141,6 +151,10 @@ class NodeIndex {
  private:
   void Unbucket(int n);
   void Rebucket(int n);
+  static const std::vector<int32_t>& EmptyBucket();
+  size_t LeafKey(int type, int leaf) const {
+    return static_cast<size_t>(type) * leaf_names_.size() + leaf;
+  }
   size_t BucketKey(int type, int leaf, int free) const {
     return (static_cast<size_t>(type) * leaf_names_.size() + leaf) * bucket_stride_ + free;
   }
@@ -157,6 +171,10 @@ class NodeIndex {
   uint64_t reservation_epoch_ = 0;
   std::vector<int64_t> free_by_type_;
   std::vector<int32_t> nodes_by_type_free_;  // type * 65 + free -> schedulable nodes
+  // Bit f-1 set: some schedulable node has exactly f (1..64) free GPUs; per type and
+  // leaf (LeafKey), and per type.
+  std::vector<uint64_t> leaf_free_bits_;
+  std::vector<uint64_t> type_free_bits_;
   std::vector<int64_t> total_by_type_;
   std::vector<HeldGpus> held_;       // running jobs' replicas, in index terms
   std::vector<int32_t> held_start_;  // running job -> first entry in held_

@@ -76,23 +76,22 @@ template <typename Fn>
 void ForNodes(const NodeIndex& index, int type, const std::vector<int>& leaves, int min_free,
               bool fewest_first, Fn&& fn) {
   min_free = std::max(min_free, 1);
+  auto visit = [&](int f) {
+    for (int leaf : leaves) {
+      if (!index.LeafHasFree(type, leaf, f)) continue;
+      for (int32_t n : index.Bucket(type, leaf, f)) {
+        if (!fn(n)) return false;
+      }
+    }
+    return true;
+  };
   if (fewest_first) {
     for (int f = min_free; f <= 64; ++f) {
-      if (!index.AnyWithFree(type, f)) continue;
-      for (int leaf : leaves) {
-        for (int32_t n : index.Bucket(type, leaf, f)) {
-          if (!fn(n)) return;
-        }
-      }
+      if (index.AnyWithFree(type, f) && !visit(f)) return;
     }
   } else {
     for (int f = 64; f >= min_free; --f) {
-      if (!index.AnyWithFree(type, f)) continue;
-      for (int leaf : leaves) {
-        for (int32_t n : index.Bucket(type, leaf, f)) {
-          if (!fn(n)) return;
-        }
-      }
+      if (index.AnyWithFree(type, f) && !visit(f)) return;
     }
   }
 }
@@ -106,6 +105,7 @@ std::optional<GangPlacement> PlaceInLeaves(const NodeIndex& index, const GangReq
     for (int f = want * g; f <= 64; ++f) {
       if (!index.AnyWithFree(type, f)) continue;
       for (int leaf : leaves) {
+        if (!index.LeafHasFree(type, leaf, f)) continue;
         for (int32_t n : index.Bucket(type, leaf, f)) {
           if (!Excluded(req, n) && index.ReplicasFit(n, req.shape) >= want) {
             Builder b(index, req);
