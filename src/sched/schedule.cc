@@ -118,12 +118,11 @@ class Pass {
 
  private:
   // Step 1: sort jobs into infeasible, not-yet-eligible and candidates per queue.
-  // Contexts end up in ctxs_ grouped by queue, each queue's in its order; by_queue
-  // holds each queue's [begin, end) range in it.
+  // Contexts end up in ctxs_; order_ lists them grouped by queue, each queue's in
+  // its order, and by_queue holds each queue's [begin, end) range of order_.
   void Admit(std::vector<std::pair<size_t, size_t>>& by_queue) {
-    std::vector<JobCtx> admitted;
-    admitted.reserve(snap_.pending.size());
-    // Per queue, (order key, index into admitted): sorted without reaching into the
+    ctxs_.reserve(snap_.pending.size());
+    // Per queue, (order key, index into ctxs_): sorted without reaching into the
     // contexts, which would be a cache miss per comparison.
     std::vector<std::vector<std::pair<Ordering::Key, int>>> queued;
     out_.waiting.reserve(snap_.pending.size());
@@ -183,18 +182,20 @@ class Pass {
       }
       if (static_cast<int>(queued.size()) <= ctx.queue) queued.resize(ctx.queue + 1);
       queued[ctx.queue].emplace_back(ordering_->KeyOf(job, 0, false),
-                                     static_cast<int>(admitted.size()));
-      admitted.push_back(std::move(ctx));
+                                     static_cast<int>(ctxs_.size()));
+      ctxs_.push_back(std::move(ctx));
     }
-    // Laid out in the order the loop visits them, so it reads memory in sequence.
-    ctxs_.reserve(admitted.size());
+    // The visiting order, queue by queue: contexts stay where they are (moving them
+    // would write every one of them again, into memory new to the pass).
+    order_.reserve(ctxs_.size());
     by_queue.resize(queued.size());
     for (size_t q = 0; q < queued.size(); ++q) {
       auto& jobs = queued[q];
       std::sort(jobs.begin(), jobs.end());  // by key, then by snapshot order
-      by_queue[q].first = ctxs_.size();
-      for (const auto& [key, i] : jobs) ctxs_.push_back(std::move(admitted[i]));
-      by_queue[q].second = ctxs_.size();
+      by_queue[q].first = order_.size();
+      for (const auto& [key, i] : jobs) order_.push_back(i);
+      by_queue[q].second = order_.size();
+      std::vector<std::pair<Ordering::Key, int>>().swap(jobs);
     }
     // Point requests at their exclusions, now that contexts do not move.
     for (JobCtx& c : ctxs_) c.req.excluded = c.excluded.empty() ? nullptr : &c.excluded;
@@ -211,15 +212,19 @@ class Pass {
       if (i >= by_queue[q].second) return;
       // The jobs (in the snapshot, in no useful order) a few steps ahead.
       constexpr size_t kAhead = 4;
-      if (i + kAhead < by_queue[q].second) __builtin_prefetch(ctxs_[i + kAhead].job);
-      const JobCtx& c = ctxs_[i];
+      if (i + kAhead < by_queue[q].second) {
+        const JobCtx& ahead = ctxs_[order_[i + kAhead]];
+        __builtin_prefetch(&ahead);
+        __builtin_prefetch(ahead.job);
+      }
+      const JobCtx& c = ctxs_[order_[i]];
       heads.push({ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q});
     };
     for (size_t q = 0; q < by_queue.size(); ++q) push(static_cast<int>(q));
     while (!heads.empty()) {
       int q = heads.top().second;
       heads.pop();
-      Consider(ctxs_[next[q]++]);
+      Consider(ctxs_[order_[next[q]++]]);
       push(q);
     }
   }
@@ -258,10 +263,12 @@ class Pass {
     }
     search_limit_hit_ = false;
     if (TryPreempt(c)) return;
-    const std::string deferred =
-        search_limit_hit_ ? "; victims not searched this pass (max_preemption_searches " +
-                                std::to_string(policy_.max_preemption_searches) + " reached)"
-                          : "";
+    if (search_limit_hit_ && deferred_note_.empty()) {
+      deferred_note_ = "; victims not searched this pass (max_preemption_searches " +
+                       std::to_string(policy_.max_preemption_searches) + " reached)";
+    }
+    static const std::string kNone;
+    const std::string& deferred = search_limit_hit_ ? deferred_note_ : kNone;
     if (policy_.backfill && reservations_made_ < policy_.reservations) {
       std::string reason = WaitReason(c, deferred).str();  // before its own GPUs are held
       if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_, claimed_)) {
@@ -647,26 +654,32 @@ class Pass {
     return fit;
   }
 
-  EmptyCapacity CapacityOfType(const JobCtx& c, int type) {
+  // Per-leaf capacity (best_leaf) only when `need_leaf`: it costs a pass over the
+  // leaves, and only a hard same-leaf constraint asks for it.
+  EmptyCapacity CapacityOfType(const JobCtx& c, int type, bool need_leaf) {
     BuildClasses();
     const Shape& s = c.req.shape;
     // Excluded nodes, by class and leaf.
     std::map<std::pair<int, int>, int64_t> excluded;
     for (int32_t n : c.excluded) ++excluded[{class_of_[n], index_.slot(n).leaf}];
     EmptyCapacity cap;
-    std::vector<int64_t> per_leaf(index_.LeafCount(), 0);
+    std::vector<int64_t> per_leaf(need_leaf ? index_.LeafCount() : 0, 0);
     for (size_t k = 0; k < classes_.size(); ++k) {
       const NodeClass& cls = classes_[k];
       const int64_t fit = ClassFit(cls, s, type);
       if (fit <= 0) continue;
       int64_t left_in_class = 0;
-      for (const auto& [leaf, count] : cls.per_leaf) {
-        int64_t n = count;
-        if (auto e = excluded.find({static_cast<int>(k), leaf}); e != excluded.end())
-          n -= e->second;
-        if (n <= 0) continue;
-        left_in_class += n;
-        per_leaf[leaf] = SaturatingAdd(per_leaf[leaf], SaturatingMul(fit, n));
+      if (need_leaf || !excluded.empty()) {
+        for (const auto& [leaf, count] : cls.per_leaf) {
+          int64_t n = count;
+          if (auto e = excluded.find({static_cast<int>(k), leaf}); e != excluded.end())
+            n -= e->second;
+          if (n <= 0) continue;
+          left_in_class += n;
+          if (need_leaf) per_leaf[leaf] = SaturatingAdd(per_leaf[leaf], SaturatingMul(fit, n));
+        }
+      } else {
+        left_in_class = cls.count;
       }
       if (left_in_class == 0) continue;
       cap.best_node = std::max(cap.best_node, fit);
@@ -734,7 +747,8 @@ class Pass {
     }
     bool ok = false;
     for (int t : types) {
-      EmptyCapacity cap = CapacityOfType(c, t);
+      EmptyCapacity cap =
+          CapacityOfType(c, t, topo.hard && topo.constraint == TopologyConstraint::kSameLeaf);
       if (fits(cap)) {
         ok = true;
         break;
@@ -837,7 +851,8 @@ class Pass {
   std::vector<PassBind> bound_;  // gangs bound so far in this pass
   Claims claimed_;
   int64_t version_ = 0;       // bumped whenever free capacity changes
-  std::vector<JobCtx> ctxs_;  // admitted jobs
+  std::vector<JobCtx> ctxs_;  // admitted jobs, in snapshot order
+  std::vector<int> order_;    // indices into ctxs_, queue by queue, each in its order
   std::unordered_map<Key, int, KeyHash> shape_ids_;
   std::vector<ShapeInfo> shapes_;
   std::vector<std::pair<int64_t, std::string>> free_text_;  // by type + 1: (version, text)
@@ -860,6 +875,7 @@ class Pass {
   int reservations_made_ = 0;
   int searches_ = 0;               // victim searches so far in this pass
   bool search_limit_hit_ = false;  // the job considered now skipped its victim search
+  std::string deferred_note_;      // what a reason says when it did
   JobId fifo_blocker_ = 0;
   const SharedText held_text_{"held; release it to schedule"};
 };
