@@ -5,6 +5,55 @@
 #include <unordered_map>
 
 namespace trainyard::sched {
+namespace {
+
+// Names (views of the snapshot's strings) to ids, for the index build: open
+// addressing in one array, so interning ten thousand names costs no allocation each.
+class NameTable {
+ public:
+  explicit NameTable(size_t expected) {
+    size_t cap = 16;
+    while (cap < expected * 2) cap *= 2;
+    entries_.resize(cap);
+  }
+  // The id of `name`, inserting `id` for it when it is new.
+  int32_t Intern(std::string_view name, int32_t id) {
+    Entry& e = Probe(name);
+    if (e.id < 0) {
+      e = {name, id};
+      if (++size_ * 2 > entries_.size()) Grow();
+      return id;
+    }
+    return e.id;
+  }
+  int32_t Find(std::string_view name) const { return const_cast<NameTable*>(this)->Probe(name).id; }
+  size_t size() const { return size_; }
+
+ private:
+  struct Entry {
+    std::string_view name;
+    int32_t id = -1;
+  };
+  Entry& Probe(std::string_view name) {
+    const size_t mask = entries_.size() - 1;
+    for (size_t i = std::hash<std::string_view>{}(name)&mask;; i = (i + 1) & mask) {
+      Entry& e = entries_[i];
+      if (e.id < 0 || e.name == name) return e;
+    }
+  }
+  void Grow() {
+    std::vector<Entry> old(entries_.size() * 2);
+    old.swap(entries_);
+    for (const Entry& e : old) {
+      if (e.id >= 0) Probe(e.name) = e;
+    }
+  }
+  std::vector<Entry> entries_;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
 const std::vector<int32_t>& NodeIndex::EmptyBucket() {
   static const std::vector<int32_t> empty;
   return empty;
@@ -12,8 +61,7 @@ const std::vector<int32_t>& NodeIndex::EmptyBucket() {
 
 NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   std::map<std::string, int16_t> types, leaves;
-  std::unordered_map<std::string_view, int32_t> nvlink_ids;  // views into the snapshot
-  nvlink_ids.reserve(snapshot.nodes.size() * 2);
+  NameTable nvlink_ids(snapshot.nodes.size() * 2);  // views into the snapshot
   // Model strings as nodes spell them (clusters have a few), each normalised once and
   // then given its type id.
   struct Model {
@@ -110,11 +158,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       if (domain.empty()) continue;
       if (last_domain == nullptr || *last_domain != domain) {
         last_domain = &domain;
-        auto it = nvlink_ids.find(domain);
-        if (it == nvlink_ids.end()) {
-          it = nvlink_ids.emplace(domain, static_cast<int32_t>(nvlink_ids.size())).first;
-        }
-        last_domain_id = it->second;
+        last_domain_id = nvlink_ids.Intern(domain, static_cast<int32_t>(nvlink_ids.size()));
       }
       size_t pos = 0;
       while (pos < s.nvlink_ids.size() && s.nvlink_ids[pos] != last_domain_id) ++pos;
@@ -126,7 +170,14 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     }
   }
 
-  // Subtract what running jobs hold, and remember where they hold it.
+  // Subtract what running jobs hold, and remember where they hold it. Their nodes
+  // are found by hashing: a binary search compares a dozen names per replica.
+  NameTable slot_by_name(snapshot.running.empty() ? 0 : slots_.size());
+  if (!snapshot.running.empty()) {
+    for (size_t k = 0; k < slots_.size(); ++k) {  // the first of equal names wins
+      slot_by_name.Intern(snapshot.nodes[slots_[k].node].name, static_cast<int32_t>(k));
+    }
+  }
   held_start_.reserve(snapshot.running.size() + 1);
   for (const RunningJob& job : snapshot.running) {
     held_start_.push_back(static_cast<int32_t>(held_.size()));
@@ -135,7 +186,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     for (const Placement& p : job.replicas) {
       if (last_node == nullptr || *last_node != p.node) {
         last_node = &p.node;
-        last_id = NodeByName(p.node);
+        last_id = slot_by_name.Find(p.node);
       }
       if (last_id < 0) continue;
       NodeSlot& s = slots_[last_id];
