@@ -4,6 +4,22 @@
 
 namespace trainyard::sched {
 
+namespace {
+
+// Sorts (key, value) pairs by key, keeping the order of equal keys; keys are in
+// [0, keys). A counting sort: linear, where a comparison sort of a fleet's replicas
+// is most of the pool's cost.
+void StableSortByKey(std::vector<std::pair<int32_t, int>>& items, int keys) {
+  std::vector<int32_t> start(static_cast<size_t>(keys) + 1, 0);
+  for (const auto& [key, value] : items) ++start[key + 1];
+  for (int k = 0; k < keys; ++k) start[k + 1] += start[k];
+  std::vector<std::pair<int32_t, int>> sorted(items.size());
+  for (const auto& item : items) sorted[start[item.first]++] = item;
+  items.swap(sorted);
+}
+
+}  // namespace
+
 VictimPool::VictimPool(const NodeIndex& index, const std::vector<int>& running,
                        const std::vector<double>& costs) {
   const Snapshot& snap = index.snapshot();
@@ -39,9 +55,8 @@ VictimPool::VictimPool(const NodeIndex& index, const std::vector<int>& running,
     }
   }
   // A stable sort by node keeps the cost order within each node.
-  auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
-  std::stable_sort(at_node.begin(), at_node.end(), by_key);
-  std::stable_sort(at_leaf.begin(), at_leaf.end(), by_key);
+  StableSortByKey(at_node, index.NodeCount());
+  StableSortByKey(at_leaf, index.LeafCount());
   for (size_t i = 0; i < at_node.size(); ++i) {
     const auto [n, v] = at_node[i];
     if (node_ids_.empty() || node_ids_.back() != n) {
