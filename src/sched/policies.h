@@ -11,6 +11,7 @@ namespace trainyard::sched {
 std::unique_ptr<Ordering> NewPriorityOrdering();  // ordering_priority.cc
 std::unique_ptr<Ordering> NewFifoOrdering();      // ordering_fifo.cc
 std::unique_ptr<Ordering> NewLasOrdering();       // ordering_las.cc
+std::unique_ptr<Ordering> NewShortFirstOrdering();  // ordering_short_first.cc
 
 PlacementStyle TopologyPlacement();  // placement_topology.cc
 PlacementStyle BestFitPlacement();   // placement_best_fit.cc

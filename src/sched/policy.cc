@@ -16,6 +16,7 @@ const Entry<std::unique_ptr<Ordering>> kOrderings[] = {
     {"priority", NewPriorityOrdering},
     {"fifo", NewFifoOrdering},
     {"las", NewLasOrdering},
+    {"short-first", NewShortFirstOrdering},
 };
 const Entry<PlacementStyle> kPlacements[] = {
     {"topology", TopologyPlacement},

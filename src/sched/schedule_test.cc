@@ -54,6 +54,41 @@ TEST(ScheduleTest, GangsStartWholeNeverPartially) {
   EXPECT_EQ(d.waiting.size(), 2u);
 }
 
+// One free GPU and three 1-GPU jobs: which one short-first binds.
+JobId ShortFirstPick(std::vector<PendingJob> jobs) {
+  Snapshot s;
+  s.now = T(10 * 24 * 3600);
+  s.nodes.push_back(MakeNode("n0", 1));
+  s.pending = std::move(jobs);
+  Policy p;
+  p.ordering = "short-first";
+  Decisions d = Schedule(s, p);
+  EXPECT_EQ(d.binds.size(), 1u);
+  return d.binds.empty() ? 0 : d.binds[0].job;
+}
+
+TEST(ScheduleTest, ShortFirstPutsShortLimitsAheadButAgesLongOnes) {
+  auto job = [](JobId id, int64_t submit_h, int64_t limit_h) {
+    PendingJob j = Pending(id, 1, 1, submit_h * 3600);
+    j.time_limit = hours(limit_h);
+    return j;
+  };
+  // A 1-hour job submitted 2 hours after a 10-hour one goes first...
+  EXPECT_EQ(ShortFirstPick({job(1, 0, 10), job(2, 2, 1)}), 2);
+  // ...but not one submitted 10 hours after it: the long job has aged past it.
+  EXPECT_EQ(ShortFirstPick({job(1, 0, 10), job(2, 10, 1)}), 1);
+  // Higher priority still comes first, whatever the limits.
+  PendingJob urgent = job(3, 5, 48);
+  urgent.priority = 200;
+  EXPECT_EQ(ShortFirstPick({job(1, 0, 1), urgent}), 3);
+  // A job without a limit counts as 24 hours.
+  PendingJob open = Pending(4, 1, 1, 0);
+  EXPECT_EQ(ShortFirstPick({open, job(5, 20, 3)}), 5);
+  EXPECT_EQ(ShortFirstPick({open, job(5, 22, 3)}), 4);
+  // Equal limits: submission order, as the priority ordering.
+  EXPECT_EQ(ShortFirstPick({job(7, 1, 2), job(6, 0, 2)}), 6);
+}
+
 TEST(ScheduleTest, InfeasibleJobsSayWhy) {
   Snapshot s;
   s.nodes.push_back(MakeNode("n0", 8));

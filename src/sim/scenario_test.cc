@@ -287,7 +287,7 @@ steps:
 )");
   EXPECT_THAT(errors,
               ElementsAre(HasSubstr("s.yaml:1: policy.ordering: unknown policy \"prority\"; "
-                                    "valid: priority, fifo, las (did you mean priority?)"),
+                                    "valid: priority, fifo, las, short-first (did you mean priority?)"),
                           "s.yaml:1: policy.reservations: must be >= 0, got -1",
                           "s.yaml:3: nodes[0].gpu_type: required when gpus > 0 (e.g. H100)",
                           "s.yaml:4: nodes[1].nvlink_group: must be <= gpus (4), got 8",

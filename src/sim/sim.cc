@@ -44,6 +44,8 @@ std::vector<PolicyEntry> Policies() {
   best_fit.placement = "best-fit";
   sched::Policy first_fit;
   first_fit.placement = "first-fit";
+  sched::Policy short_first;
+  short_first.ordering = "short-first";
   return {
       {"fifo", Mode::kGang, fifo},
       {"k8s-default", Mode::kPods, pods},
@@ -51,6 +53,7 @@ std::vector<PolicyEntry> Policies() {
       {"trainyard-las", Mode::kLas, las},
       {"best-fit", Mode::kGang, best_fit},
       {"first-fit", Mode::kGang, first_fit},
+      {"trainyard-short", Mode::kGang, short_first},
   };
 }
 
