@@ -49,6 +49,12 @@ const std::vector<NamedPolicy>& Policies() {
     Policy several;
     several.reservations = 4;
     out->push_back({"4-reservations", several});
+    Policy las;
+    las.ordering = "las";
+    out->push_back({"las", las});
+    Policy short_first;
+    short_first.ordering = "short-first";
+    out->push_back({"short-first", short_first});
     return out;
   }();
   return *policies;
