@@ -323,7 +323,7 @@ Result<JobSpec> SpecFromJson(const ObjectReader& r) {
   }
   // A json built in code may hold invalid UTF-8; dump() then throws.
   std::string text = v->dump();
-  SpecParseResult parsed = ParseSpec(text, "<store>");
+  SpecParseResult parsed = ParseSpec(text, "<store>", SpecOrigin::kStored);
   if (!parsed.ok()) {
     std::string msg = r.FieldPath("spec") + ": ";
     for (size_t i = 0; i < parsed.errors.size(); ++i) {

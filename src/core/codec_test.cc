@@ -221,6 +221,19 @@ TEST(CodecTest, InvalidSpecIsReportedThroughTheSpecReader) {
   EXPECT_THAT(r.status().message(), HasSubstr("replicas"));
 }
 
+TEST(CodecTest, StoredSpecsSkipThePathRuleSubmissionsMeet) {
+  json j = ThroughText(ToJson(TestJob()));
+  j["spec"]["checkpoint"]["dir"] = "/ckpt/../other";
+  Result<Job> r = JobFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->spec.checkpoint.dir, "/ckpt/../other");
+  // The same spec, submitted, is refused with the field and the value.
+  SpecParseResult submitted = ParseSpec(j["spec"].dump(), "job.yaml");
+  ASSERT_FALSE(submitted.ok());
+  EXPECT_EQ(submitted.errors[0].field, "checkpoint.dir");
+  EXPECT_THAT(submitted.errors[0].message, HasSubstr("\"..\" component"));
+}
+
 TEST(CodecTest, InvalidUtf8DoesNotThrow) {
   json j = ThroughText(ToJson(TestJob()));
   j["spec"]["name"] = "bad\xff";

@@ -74,19 +74,23 @@ class Checker {
       Add(std::move(field), m);
     }
   }
+  explicit Checker(SpecOrigin origin) : origin_(origin) {}
   void Path(std::string field, std::string_view v) {
     if (v.size() > SpecLimits::kMaxPathBytes) {
       Add(std::move(field), "must be at most " + std::to_string(SpecLimits::kMaxPathBytes) +
                                 " bytes, got " + std::to_string(v.size()));
     } else if (BadText(v)) {
       Add(std::move(field), "must be UTF-8 text without NUL bytes");
-    } else if (std::string problem = PathTextProblem(v); !problem.empty()) {
-      Add(std::move(field), problem + ", got " + QuoteForMessage(v));
+    } else if (origin_ == SpecOrigin::kSubmitted) {
+      if (std::string problem = PathTextProblem(v); !problem.empty()) {
+        Add(std::move(field), problem + ", got " + QuoteForMessage(v));
+      }
     }
   }
   std::vector<Diagnostic> Take() { return std::move(out_); }
 
  private:
+  SpecOrigin origin_;
   std::vector<Diagnostic> out_;
 };
 
@@ -215,8 +219,8 @@ int64_t TotalGpus(const JobSpec& spec) {
   return SaturatingMul(spec.resources.gpus, std::max<int64_t>(spec.replicas, 0));
 }
 
-std::vector<Diagnostic> ValidateSpec(const JobSpec& spec) {
-  Checker c;
+std::vector<Diagnostic> ValidateSpec(const JobSpec& spec, SpecOrigin origin) {
+  Checker c(origin);
   c.Name("name", spec.name, /*required=*/true);
   c.Name("tenant", spec.tenant, false);
   c.Name("queue", spec.queue, false);

@@ -127,9 +127,17 @@ struct Diagnostic {
 // priority) so that two equivalent specs compare equal.
 void NormalizeSpec(JobSpec& spec);
 
+// Where a spec comes from, for the rules that apply to it. A spec someone submits
+// now meets every rule; one read back from the store was accepted when it was
+// submitted, and a rule added since must not make the database unreadable: stored
+// specs skip the path-text rule (no ".." component, no control character), which
+// came after specs were first stored. The agent still confines every path at launch.
+enum class SpecOrigin { kSubmitted, kStored };
+
 // Semantic checks shared by every input format. Returns one Diagnostic per problem
 // (line 0; the caller fills file and line from where it read each field).
-std::vector<Diagnostic> ValidateSpec(const JobSpec& spec);
+std::vector<Diagnostic> ValidateSpec(const JobSpec& spec,
+                                     SpecOrigin origin = SpecOrigin::kSubmitted);
 
 // Total GPUs of the gang at `replicas`, saturating.
 int64_t TotalGpus(const JobSpec& spec);

@@ -360,7 +360,7 @@ void EmitYaml(YAML::Emitter& out, const nlohmann::ordered_json& j) {
 
 const std::vector<std::string_view>& SpecFieldNames() { return kTopFields; }
 
-SpecParseResult ParseSpec(std::string_view text, std::string_view file) {
+SpecParseResult ParseSpec(std::string_view text, std::string_view file, SpecOrigin origin) {
   SpecParseResult result;
   SpecReader reader(file);
   if (text.size() > SpecLimits::kMaxSpecBytes) {
@@ -401,7 +401,7 @@ SpecParseResult ParseSpec(std::string_view text, std::string_view file) {
 
   if (reader.errors().empty()) {
     NormalizeSpec(spec);
-    for (Diagnostic& d : ValidateSpec(spec)) {
+    for (Diagnostic& d : ValidateSpec(spec, origin)) {
       d.file = reader.file();
       d.line = reader.LineOf(d.field);
       reader.errors().push_back(std::move(d));

@@ -24,8 +24,9 @@ struct SpecParseResult {
   bool ok() const { return spec.has_value(); }
 };
 
-// `file` is used only in messages.
-SpecParseResult ParseSpec(std::string_view text, std::string_view file);
+// `file` is used only in messages; `origin` picks the rules (job_spec.h).
+SpecParseResult ParseSpec(std::string_view text, std::string_view file,
+                          SpecOrigin origin = SpecOrigin::kSubmitted);
 
 nlohmann::ordered_json SpecToJson(const JobSpec& spec);
 std::string SpecToYaml(const JobSpec& spec);

@@ -48,7 +48,10 @@ Result<std::string> Encode(const T& value) {
 
 Result<std::string> PrepareJob(const Job& job) {
   if (job.id < 1) return InvalidArgument("job id must be >= 1, got " + std::to_string(job.id));
-  std::vector<Diagnostic> problems = ValidateSpec(job.spec);
+  // Submissions were checked against every rule on their way in; the store checks
+  // what it must to read the job back (a job accepted before a rule was added is
+  // written again on each of its transitions).
+  std::vector<Diagnostic> problems = ValidateSpec(job.spec, SpecOrigin::kStored);
   if (!problems.empty()) {
     std::string msg = "spec: ";
     for (size_t i = 0; i < problems.size(); ++i) {

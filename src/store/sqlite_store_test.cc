@@ -428,6 +428,33 @@ TEST_F(SqliteStoreTest, UnreadableDocumentsAreDataLoss) {
   EXPECT_EQ(store->LoadAll().status().code(), StatusCode::kDataLoss);
 }
 
+TEST_F(SqliteStoreTest, SpecsStoredBeforeThePathRuleStillLoadAndWriteBack) {
+  // A job stored before path fields lost ".." components (an earlier version wrote
+  // such specs): the database loads, and the job's next transition writes it again.
+  std::unique_ptr<Store> store = Open();
+  ASSERT_EQ(*store->ReserveJobIds(1), 1);
+  WriteBatch batch;
+  batch.PutJob(TestJob(1, "a"));
+  MustCommit(*store, batch);
+  {
+    RawDb raw(path_);
+    ASSERT_EQ(raw.Exec("UPDATE jobs SET doc = json_set(doc, '$.spec.working_dir', "
+                       "'/data/team/../shared') WHERE id = 1;"),
+              "");
+  }
+  Result<std::optional<Job>> job = store->GetJob(1);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(job->has_value());
+  EXPECT_EQ((*job)->spec.working_dir, "/data/team/../shared");
+  EXPECT_TRUE(store->LoadAll().ok());
+  Job next = **job;
+  next.state = JobState::kCancelled;
+  WriteBatch again;
+  again.PutJob(next);
+  EXPECT_TRUE(store->Commit(again).ok());
+  EXPECT_EQ((*store->GetJob(1))->state, JobState::kCancelled);
+}
+
 TEST_F(SqliteStoreTest, TwoStoresOnOneFileShareIdsAndData) {
   std::unique_ptr<Store> a = Open();
   std::unique_ptr<Store> b = Open();
