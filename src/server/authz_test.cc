@@ -891,6 +891,43 @@ TEST_F(AuthzTest, BadQueueAndQuotaBodiesNameTheField) {
   EXPECT_TRUE(found);
 }
 
+TEST_F(AuthzTest, SecretValuesAppearNowhereTheApiAnswers) {
+  const std::string secret = "hf_s3cr3t_value_42";
+  const std::string spec = "name: secretive\ntenant: " + std::string(kTenant) +
+                           "\ncommand: [x]\nresources: {gpus: 1}\nenv: {HF_TOKEN: " + secret +
+                           ", LR: '0.1'}\nsecret_env: [HF_TOKEN]\n";
+  std::string body;
+  ASSERT_EQ(Call("POST", tokens_["admin"], {"/api/v1/jobs", spec}, &body), 201) << body;
+  const std::string id = std::to_string(json::parse(body).at("id").get<int64_t>());
+  // Running, with progress, so that /metrics has per-job series for it.
+  ASSERT_TRUE(cluster_->SchedulePass().ok());
+  auto starts = cluster_->Poll("node-0", Duration(0));
+  ASSERT_TRUE(starts.ok());
+  Heartbeat hb;
+  hb.node = "node-0";
+  for (const Command& c : *starts) {
+    hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank, "running",
+                        1, 0, 0, 0, 0, ""});
+  }
+  ASSERT_EQ(hb.tasks.size(), 1u);
+  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  ASSERT_TRUE(
+      series_->Append({{std::stoll(id), 0, "loss", {{1, 1000, 2.5}, {2, 2000, 2.4}}}}).ok());
+  // A refused submission that carries the secret too.
+  ASSERT_EQ(Call("POST", tokens_["admin"], {"/api/v1/jobs", spec + "replicas: 0\n"}, &body), 400);
+  EXPECT_EQ(body.find(secret), std::string::npos) << body;
+  for (const std::string& path : std::vector<std::string>{
+           "/metrics", "/api/v1/jobs/" + id, "/api/v1/jobs/" + id + "/events", "/api/v1/jobs",
+           "/api/v1/nodes/node-0", "/api/v1/audit?limit=100", "/api/v1/alerts/events"}) {
+    ASSERT_EQ(Call("GET", tokens_["admin"], {path, ""}, &body), 200) << path << ": " << body;
+    EXPECT_EQ(body.find(secret), std::string::npos) << path << ": " << body;
+  }
+  ASSERT_EQ(Call("GET", tokens_["admin"], {"/metrics", ""}, &body), 200);
+  EXPECT_NE(body.find("job_id=\"" + id + "\""), std::string::npos) << body;  // it is there
+  // What the agent gets to start the rank does hold it: the rank needs it.
+  EXPECT_EQ(starts->front().start.env.count("HF_TOKEN"), 1u);
+}
+
 TEST_F(AuthzTest, ChangesAndRefusalsAreAudited) {
   const std::string theirs = NewJob(kCallers[1], Scope::kOtherTenant);
   EXPECT_EQ(Call("POST", tokens_["vision-member"], {"/api/v1/jobs/" + theirs + "/cancel", ""}),
