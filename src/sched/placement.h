@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -32,7 +33,7 @@ struct GangRequest {
   Shape shape;           // shape.replicas = the fewest replicas acceptable
   int max_replicas = 1;  // place up to this many
   TopologySpec topology;
-  const std::vector<int32_t>* excluded = nullptr;  // sorted node indices, or null
+  std::span<const int32_t> excluded;  // sorted node indices; empty: none
 };
 
 struct GangPlacement {

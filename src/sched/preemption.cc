@@ -106,7 +106,8 @@ class VictimSearch {
         (s.type < 0 || (req_.shape.type >= 0 && s.type != req_.shape.type))) {
       return false;
     }
-    if (req_.excluded && std::binary_search(req_.excluded->begin(), req_.excluded->end(), n)) {
+    if (!req_.excluded.empty() &&
+        std::binary_search(req_.excluded.begin(), req_.excluded.end(), n)) {
       return false;
     }
     if (scope_node >= 0) return n == scope_node;

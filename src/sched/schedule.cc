@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <queue>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,13 +36,16 @@ struct KeyHash {
   }
 };
 
+// What the pass keeps per admitted job: small, since there can be 100,000 of them
+// and every byte of a pass's memory is memory new to it. The request itself is the
+// shape's (ShapeReq), plus the job's excluded nodes (a range of the pass's pool).
 struct JobCtx {
   const PendingJob* job = nullptr;
-  int queue = -1;
-  GangRequest req;
-  std::vector<int32_t> excluded;
-  int64_t gpus = 0;  // at min_replicas
-  int shape = -1;    // index into the pass's shape table
+  int32_t queue = -1;
+  int32_t shape = -1;  // index into the pass's shape table
+  int64_t gpus = 0;    // at min_replicas
+  int32_t excl_begin = 0;
+  int32_t excl_count = 0;
 };
 
 constexpr double kBelowGuaranteePenalty = 1e15;
@@ -122,9 +126,7 @@ class Pass {
   // its order, and by_queue holds each queue's [begin, end) range of order_.
   void Admit(std::vector<std::pair<size_t, size_t>>& by_queue) {
     ctxs_.reserve(snap_.pending.size());
-    // Per queue, (order key, index into ctxs_): sorted without reaching into the
-    // contexts, which would be a cache miss per comparison.
-    std::vector<std::vector<std::pair<Ordering::Key, int>>> queued;
+    order_.reserve(snap_.pending.size());
     out_.waiting.reserve(snap_.pending.size());
     for (const PendingJob& job : snap_.pending) {
       const int queue = quota_.Find(job.tenant, job.queue);
@@ -135,14 +137,15 @@ class Pass {
       JobCtx ctx;
       ctx.job = &job;
       ctx.queue = queue;
-      Shape& s = ctx.req.shape;
+      GangRequest req;
+      Shape& s = req.shape;
       s.gpus = static_cast<int>(std::min<int64_t>(job.per_replica.gpus, 1 << 20));
       s.cpu = job.per_replica.milli_cpus;
       s.mem = job.per_replica.memory_bytes;
       s.gpu_memory = job.per_replica.gpu_memory_bytes;
       s.replicas = std::max(1, std::min(job.min_replicas, job.replicas));
-      ctx.req.max_replicas = std::max(job.replicas, s.replicas);
-      ctx.req.topology = job.topology;
+      req.max_replicas = std::max(job.replicas, s.replicas);
+      req.topology = job.topology;
       ctx.gpus = SaturatingMul(s.gpus, s.replicas);
       if (!job.per_replica.gpu_type.empty() && s.gpus > 0) {
         s.type = index_.TypeOf(job.per_replica.gpu_type);
@@ -153,13 +156,14 @@ class Pass {
           continue;
         }
       }
+      ctx.excl_begin = static_cast<int32_t>(excluded_pool_.size());
       for (const std::string& name : job.excluded_nodes) {
         int n = index_.NodeByName(name);
-        if (n >= 0) ctx.excluded.push_back(n);
+        if (n >= 0) excluded_pool_.push_back(n);
       }
-      std::sort(ctx.excluded.begin(), ctx.excluded.end());
-      if (!ctx.excluded.empty()) ctx.req.excluded = &ctx.excluded;
-      ctx.shape = InternShape(ctx);
+      std::sort(excluded_pool_.begin() + ctx.excl_begin, excluded_pool_.end());
+      ctx.excl_count = static_cast<int32_t>(excluded_pool_.size()) - ctx.excl_begin;
+      ctx.shape = InternShape(req);
 
       if (int64_t ceiling = quota_.Ceiling(ctx.queue); ctx.gpus > ceiling) {
         out_.infeasible.push_back({job.id, "needs " + std::to_string(ctx.gpus) + " GPUs; queue '" +
@@ -180,25 +184,22 @@ class Pass {
             {job.id, "retry backoff until " + FormatTimestamp(job.eligible_time)});
         continue;
       }
-      if (static_cast<int>(queued.size()) <= ctx.queue) queued.resize(ctx.queue + 1);
-      queued[ctx.queue].emplace_back(ordering_->KeyOf(job, 0, false),
-                                     static_cast<int>(ctxs_.size()));
-      ctxs_.push_back(std::move(ctx));
+      order_.push_back(
+          {ctx.queue, ordering_->KeyOf(job, 0, false), static_cast<int32_t>(ctxs_.size())});
+      ctxs_.push_back(ctx);
     }
-    // The visiting order, queue by queue: contexts stay where they are (moving them
+    // The visiting order, queue by queue, each by key and then snapshot order: one
+    // sort of compact entries in place (contexts stay where they are; moving them
     // would write every one of them again, into memory new to the pass).
-    order_.reserve(ctxs_.size());
-    by_queue.resize(queued.size());
-    for (size_t q = 0; q < queued.size(); ++q) {
-      auto& jobs = queued[q];
-      std::sort(jobs.begin(), jobs.end());  // by key, then by snapshot order
-      by_queue[q].first = order_.size();
-      for (const auto& [key, i] : jobs) order_.push_back(i);
-      by_queue[q].second = order_.size();
-      std::vector<std::pair<Ordering::Key, int>>().swap(jobs);
+    std::sort(order_.begin(), order_.end(), [](const Visit& a, const Visit& b) {
+      return std::tie(a.queue, a.key, a.ctx) < std::tie(b.queue, b.key, b.ctx);
+    });
+    for (size_t i = 0; i < order_.size(); ++i) {
+      const size_t q = static_cast<size_t>(order_[i].queue);
+      if (by_queue.size() <= q) by_queue.resize(q + 1, {i, i});
+      if (by_queue[q].first == by_queue[q].second) by_queue[q].first = i;
+      by_queue[q].second = i + 1;
     }
-    // Point requests at their exclusions, now that contexts do not move.
-    for (JobCtx& c : ctxs_) c.req.excluded = c.excluded.empty() ? nullptr : &c.excluded;
   }
 
   // Steps 2-5.
@@ -213,18 +214,18 @@ class Pass {
       // The jobs (in the snapshot, in no useful order) a few steps ahead.
       constexpr size_t kAhead = 4;
       if (i + kAhead < by_queue[q].second) {
-        const JobCtx& ahead = ctxs_[order_[i + kAhead]];
+        const JobCtx& ahead = ctxs_[order_[i + kAhead].ctx];
         __builtin_prefetch(&ahead);
         __builtin_prefetch(ahead.job);
       }
-      const JobCtx& c = ctxs_[order_[i]];
+      const JobCtx& c = ctxs_[order_[i].ctx];
       heads.push({ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q});
     };
     for (size_t q = 0; q < by_queue.size(); ++q) push(static_cast<int>(q));
     while (!heads.empty()) {
       int q = heads.top().second;
       heads.pop();
-      Consider(ctxs_[order_[next[q]++]]);
+      Consider(ctxs_[order_[next[q]++].ctx]);
       push(q);
     }
   }
@@ -243,13 +244,13 @@ class Pass {
     // Free capacity only shrinks during a pass, so a shape that did not fit once
     // will not fit later in the pass.
     // An elastic gang takes no more replicas than its queue's limit allows.
-    GangRequest req = c.req;
+    GangRequest req = FullReq(c);
     if (req.shape.gpus > 0 && req.max_replicas > req.shape.replicas) {
       int64_t room = quota_.Headroom(c.queue) / req.shape.gpus;
       req.max_replicas =
           static_cast<int>(std::clamp<int64_t>(room, req.shape.replicas, req.max_replicas));
     }
-    const bool cacheable = c.excluded.empty() && req.max_replicas == c.req.max_replicas;
+    const bool cacheable = c.excl_count == 0 && req.max_replicas == ShapeReq(c).max_replicas;
     if (!(cacheable && KnownMisfit(c))) {
       if (auto p = PlaceGang(index_, req, style_)) {
         Bind(c, *p);
@@ -271,7 +272,7 @@ class Pass {
     const std::string& deferred = search_limit_hit_ ? deferred_note_ : kNone;
     if (policy_.backfill && reservations_made_ < policy_.reservations) {
       std::string reason = WaitReason(c, deferred).str();  // before its own GPUs are held
-      if (auto planned = ReserveEarliestStart(index_, c.req, style_, bound_, claimed_)) {
+      if (auto planned = ReserveEarliestStart(index_, FullReq(c), style_, bound_, claimed_)) {
         ++reservations_made_;
         Claim(planned->placement);
         out_.reservations.push_back(
@@ -290,12 +291,12 @@ class Pass {
     return static_cast<int64_t>(t.constraint) * 2 + (t.hard ? 1 : 0);
   }
   // Type, replicas and topology: what decides whether per-replica needs compare.
-  static Key CoarseKey(const JobCtx& c) {
-    const Shape& s = c.req.shape;
-    return Key{{s.type, s.replicas, TopologyCode(c.req.topology)}};
+  Key CoarseKey(const JobCtx& c) const {
+    const Shape& s = ShapeReq(c).shape;
+    return Key{{s.type, s.replicas, TopologyCode(ShapeReq(c).topology)}};
   }
-  static std::array<int64_t, 4> Needs(const JobCtx& c) {
-    const Shape& s = c.req.shape;
+  std::array<int64_t, 4> Needs(const JobCtx& c) const {
+    const Shape& s = ShapeReq(c).shape;
     return {s.gpus, s.cpu, s.mem, s.gpu_memory};
   }
   using NeedsCache = std::unordered_map<Key, std::vector<std::array<int64_t, 4>>, KeyHash>;
@@ -358,12 +359,12 @@ class Pass {
 
   void Bind(const JobCtx& c, const GangPlacement& p) {
     ++version_;
-    Commit(index_, p, c.req.shape);
+    Commit(index_, p, ShapeReq(c).shape);
     Resources total = c.job->per_replica;
     total = Scale(total, static_cast<int64_t>(p.replicas.size()));
     quota_.Add(c.queue, total);
     out_.binds.push_back({c.job->id, ToPlacements(index_, p)});
-    bound_.push_back({p, c.req.shape, c.job->time_limit});
+    bound_.push_back({p, ShapeReq(c).shape, c.job->time_limit});
   }
 
   // A job whose time limit ends before some reservations start may use their GPUs.
@@ -376,7 +377,7 @@ class Pass {
     const size_t lenders = LendersFrom(end);
     if (lenders == 0) return std::nullopt;
     const Key key{{c.shape, static_cast<int64_t>(lenders)}};
-    const bool cacheable = c.excluded.empty() && req.max_replicas == c.req.max_replicas;
+    const bool cacheable = c.excl_count == 0 && req.max_replicas == ShapeReq(c).max_replicas;
     if (cacheable && backfill_misfit_.count(key)) return std::nullopt;
     std::vector<std::tuple<int32_t, uint64_t, Timestamp>> lent;
     lent.reserve(lenders);
@@ -420,7 +421,7 @@ class Pass {
     key.v[3] = job.priority;
     key.v[4] = c.queue;
     key.v[5] = within ? 1 : 0;
-    if (c.excluded.empty() && Dominated(no_victims_, key, Needs(c))) return false;
+    if (c.excl_count == 0 && Dominated(no_victims_, key, Needs(c))) return false;
     // Only jobs of lower priority can be victims, except when reclaiming a guarantee.
     const size_t scan =
         within ? preemptible_.size()
@@ -460,11 +461,11 @@ class Pass {
     std::optional<VictimSet> found;
     if (any) {
       ++searches_;
-      found = FindVictims(index_, c.req, style_, *pool_, use_, kBelowGuaranteePenalty,
+      found = FindVictims(index_, FullReq(c), style_, *pool_, use_, kBelowGuaranteePenalty,
                           policy_.max_victims);
     }
     if (!found) {
-      if (c.excluded.empty()) Record(no_victims_, key, Needs(c));
+      if (c.excl_count == 0) Record(no_victims_, key, Needs(c));
       return false;
     }
     // Hold the free part of the planned placement so that no later job in this pass
@@ -516,7 +517,7 @@ class Pass {
   // The reason text depends on the shape and the free capacity only; jobs of one
   // shape share it until the index changes.
   SharedText WaitReason(const JobCtx& c, const std::string& suffix = "") {
-    if (!c.excluded.empty()) return ComposeWaitReason(c) + suffix;
+    if (c.excl_count != 0) return ComposeWaitReason(c) + suffix;
     ShapeInfo& info = shapes_[c.shape];
     const int k = suffix.empty() ? 0 : 1;  // the only suffix is the deferred-search note
     if (info.reason_version[k] != version_) {
@@ -530,7 +531,7 @@ class Pass {
   // the shape's and composed once; the middle is the free capacity of a GPU type,
   // composed once per type each time capacity changes.
   std::string ComposeWaitReason(const JobCtx& c) {
-    const Shape& s = c.req.shape;
+    const Shape& s = ShapeReq(c).shape;
     ShapeInfo& info = shapes_[c.shape];
     if (!info.wait_known) {
       info.wait_known = true;
@@ -545,7 +546,7 @@ class Pass {
         } else {
           info.wait_head += GpuCount(index_, s.gpus, s.type);
         }
-        info.wait_head += TopologyText(c.req.topology);
+        info.wait_head += TopologyText(ShapeReq(c).topology);
         if (s.cpu > 0 || s.mem > 0)
           info.wait_tail = " (each replica also needs " + Describe(c.job->per_replica) + ")";
       }
@@ -554,7 +555,7 @@ class Pass {
     if (s.gpus == 0) return out;
     out += FreeText(s.type);
     out += info.wait_tail;
-    if (!c.excluded.empty()) out += "; " + std::to_string(c.excluded.size()) + " node(s) excluded";
+    if (c.excl_count != 0) out += "; " + std::to_string(c.excl_count) + " node(s) excluded";
     return out;
   }
 
@@ -658,10 +659,10 @@ class Pass {
   // leaves, and only a hard same-leaf constraint asks for it.
   EmptyCapacity CapacityOfType(const JobCtx& c, int type, bool need_leaf) {
     BuildClasses();
-    const Shape& s = c.req.shape;
+    const Shape& s = ShapeReq(c).shape;
     // Excluded nodes, by class and leaf.
     std::map<std::pair<int, int>, int64_t> excluded;
-    for (int32_t n : c.excluded) ++excluded[{class_of_[n], index_.slot(n).leaf}];
+    for (int32_t n : Excl(c)) ++excluded[{class_of_[n], index_.slot(n).leaf}];
     EmptyCapacity cap;
     std::vector<int64_t> per_leaf(need_leaf ? index_.LeafCount() : 0, 0);
     for (size_t k = 0; k < classes_.size(); ++k) {
@@ -695,10 +696,11 @@ class Pass {
 
   // Same-NVLink capacity when domains span nodes: summed over the nodes sharing one.
   int64_t DomainCapacityByNodes(const JobCtx& c, int type) const {
-    const Shape& s = c.req.shape;
+    const Shape& s = ShapeReq(c).shape;
+    const std::span<const int32_t> excl = Excl(c);
     std::unordered_map<int32_t, int64_t> per_domain;
     for (int n = 0; n < index_.NodeCount(); ++n) {
-      if (c.req.excluded && std::binary_search(c.excluded.begin(), c.excluded.end(), n)) continue;
+      if (std::binary_search(excl.begin(), excl.end(), n)) continue;
       const NodeSlot& slot = index_.slot(n);
       const int64_t fit = ClassFit(classes_[class_of_[n]], s, type);
       if (fit <= 0) continue;
@@ -716,10 +718,10 @@ class Pass {
   // is one GPU type, so an untyped gang must fit within one type.
   std::string NeverFits(const JobCtx& c) {
     // Cached for jobs without excluded nodes only: exclusions change the answer.
-    if (c.excluded.empty() && shapes_[c.shape].never_known) return shapes_[c.shape].never;
-    const Shape& s = c.req.shape;
+    if (c.excl_count == 0 && shapes_[c.shape].never_known) return shapes_[c.shape].never;
+    const Shape& s = ShapeReq(c).shape;
     const PendingJob& job = *c.job;
-    const TopologySpec& topo = c.req.topology;
+    const TopologySpec& topo = ShapeReq(c).topology;
     auto fits = [&](const EmptyCapacity& cap) {
       if (cap.best_node == 0 || cap.total < s.replicas) return false;
       if (!topo.hard) return true;
@@ -760,15 +762,15 @@ class Pass {
       const std::string what =
           s.gpus > 0 ? GpuCount(index_, s.gpus, s.type) : Describe(job.per_replica);
       const std::string excluding =
-          c.excluded.empty()
+          c.excl_count == 0
               ? ""
-              : " (excluding its " + std::to_string(c.excluded.size()) + " excluded node(s))";
+              : " (excluding its " + std::to_string(c.excl_count) + " excluded node(s))";
       const std::string one_type = s.gpus > 0 && s.type < 0 && index_.TypeCount() > 1
                                        ? " of any one GPU type (a gang does not mix types)"
                                        : "";
       if (best.best_node == 0) {
         why = "asks for " + Describe(job.per_replica) + " per replica; no node" +
-              (c.excluded.empty() ? "" : " outside its excluded nodes") + " has that much";
+              (c.excl_count == 0 ? "" : " outside its excluded nodes") + " has that much";
         if (s.gpus > 0) {
           int64_t most = 0;
           for (int n = 0; n < index_.NodeCount(); ++n) {
@@ -806,7 +808,7 @@ class Pass {
               " (hard constraint); the largest holds " + std::to_string(most) + excluding;
       }
     }
-    if (c.excluded.empty()) {
+    if (c.excl_count == 0) {
       shapes_[c.shape].never = why;
       shapes_[c.shape].never_known = true;
     }
@@ -816,6 +818,7 @@ class Pass {
   // Jobs of one shape (resources per replica, replicas, topology) share what the pass
   // learns about it: whether it could ever fit, whether it fits now, the reason text.
   struct ShapeInfo {
+    GangRequest req;  // what every job of the shape asks for (no exclusions)
     bool never_known = false;
     bool misfit = false;
     std::string never;  // why it can never fit; empty when it can
@@ -824,13 +827,24 @@ class Pass {
     bool wait_known = false;
     std::string wait_head, wait_tail;  // of the reason, around the free capacity
   };
-  int InternShape(const JobCtx& c) {
-    const Shape& s = c.req.shape;
-    const Key key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, c.req.max_replicas,
-                   TopologyCode(c.req.topology)}};
+  int InternShape(const GangRequest& req) {
+    const Shape& s = req.shape;
+    const Key key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, req.max_replicas,
+                   TopologyCode(req.topology)}};
     auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<int>(shapes_.size()));
-    if (inserted) shapes_.emplace_back();
+    if (inserted) shapes_.emplace_back().req = req;
     return it->second;
+  }
+
+  const GangRequest& ShapeReq(const JobCtx& c) const { return shapes_[c.shape].req; }
+  std::span<const int32_t> Excl(const JobCtx& c) const {
+    return {excluded_pool_.data() + c.excl_begin, static_cast<size_t>(c.excl_count)};
+  }
+  // The job's request: its shape's, with its excluded nodes.
+  GangRequest FullReq(const JobCtx& c) const {
+    GangRequest req = ShapeReq(c);
+    req.excluded = Excl(c);
+    return req;
   }
 
   std::string TypeList() const {
@@ -852,7 +866,14 @@ class Pass {
   Claims claimed_;
   int64_t version_ = 0;       // bumped whenever free capacity changes
   std::vector<JobCtx> ctxs_;  // admitted jobs, in snapshot order
-  std::vector<int> order_;    // indices into ctxs_, queue by queue, each in its order
+  // The order the loop visits them: queue by queue, each queue's in its order.
+  struct Visit {
+    int32_t queue;
+    Ordering::Key key;
+    int32_t ctx;  // index into ctxs_
+  };
+  std::vector<Visit> order_;
+  std::vector<int32_t> excluded_pool_;  // every job's excluded nodes, sorted per job
   std::unordered_map<Key, int, KeyHash> shape_ids_;
   std::vector<ShapeInfo> shapes_;
   std::vector<std::pair<int64_t, std::string>> free_text_;  // by type + 1: (version, text)
