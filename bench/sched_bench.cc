@@ -21,7 +21,9 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <string_view>
 
+#include "core/memory.h"
 #include "sched/index.h"
 #include "sched/schedule.h"
 #include "sched/testing.h"
@@ -258,4 +260,25 @@ BENCHMARK(BM_Scaling)
 }  // namespace
 }  // namespace trainyard::sched
 
-BENCHMARK_MAIN();
+// The server and the simulator keep freed memory for reuse (core/memory.h); so does
+// this benchmark, unless --default-malloc asks for the C library's defaults (to
+// measure what that setting is worth).
+int main(int argc, char** argv) {
+  bool default_malloc = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--default-malloc") {
+      default_malloc = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  if (!default_malloc) trainyard::KeepFreedMemoryForReuse();
+  benchmark::AddCustomContext("malloc", default_malloc ? "default" : "keep freed memory");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

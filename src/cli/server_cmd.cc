@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/app.h"
+#include "core/memory.h"
 #include "core/names.h"
 #include "core/spec_paths.h"
 #include "http/tls.h"
@@ -251,6 +252,7 @@ int RunServer(const ServerFlags& f, std::ostream& out, std::ostream& err) {
     return kExitUsage;
   }
   sigset_t signals = BlockStopSignals();
+  KeepFreedMemoryForReuse();  // scheduling passes allocate and free tens of MB each
   server::Server srv(*opts);
   if (Status s = srv.Start(); !s.ok()) {
     err << "trainyard server: " << s.message() << "\n";

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/app.h"
+#include "core/memory.h"
 #include "core/names.h"
 #include "sim/cluster.h"
 #include "sim/report.h"
@@ -184,6 +185,7 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
     err << "trainyard sim: " << s.message() << "\n";
     return kExitUsage;
   };
+  KeepFreedMemoryForReuse();  // thousands of passes, each allocating and freeing
   std::vector<std::string> policies;
   {
     std::stringstream ss(options.policies);
