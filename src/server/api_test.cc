@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/spec_codec.h"
+#include "server/cluster_testing.h"
 #include "server/http_testing.h"
 #include "store/memory_store.h"
 
@@ -401,16 +402,7 @@ TEST_F(ApiTest, ProfileOfARunningJobRoundTrips) {
   auto [pending, why] = Post("/api/v1/jobs/" + id + "/profile", R"({"steps": 3})");
   EXPECT_EQ(pending, 409);
   EXPECT_THAT(why["error"].get<std::string>(), HasSubstr("Pending; only a Running job"));
-  ASSERT_TRUE(cluster_->SchedulePass().ok());
-  auto starts = cluster_->Poll("n1", Duration(0));
-  ASSERT_TRUE(starts.ok());
-  Heartbeat hb;
-  hb.node = "n1";
-  for (const Command& c : *starts) {
-    hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank, "running",
-                        1, 0, 0, 0, 0, ""});
-  }
-  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  ASSERT_TRUE(StartRanksOn(*cluster_, "n1").ok());
 
   EXPECT_EQ(Post("/api/v1/jobs/" + id + "/profile", R"({"steps": 0})").first, 400);
   EXPECT_EQ(Post("/api/v1/jobs/" + id + "/profile", R"({"rank": 2})").first, 400);

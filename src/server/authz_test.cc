@@ -18,6 +18,7 @@
 
 #include "core/spec_codec.h"
 #include "server/api.h"
+#include "server/cluster_testing.h"
 #include "server/http_testing.h"
 #include "store/memory_store.h"
 #include "track/series_store.h"
@@ -900,17 +901,9 @@ TEST_F(AuthzTest, SecretValuesAppearNowhereTheApiAnswers) {
   ASSERT_EQ(Call("POST", tokens_["admin"], {"/api/v1/jobs", spec}, &body), 201) << body;
   const std::string id = std::to_string(json::parse(body).at("id").get<int64_t>());
   // Running, with progress, so that /metrics has per-job series for it.
-  ASSERT_TRUE(cluster_->SchedulePass().ok());
-  auto starts = cluster_->Poll("node-0", Duration(0));
-  ASSERT_TRUE(starts.ok());
-  Heartbeat hb;
-  hb.node = "node-0";
-  for (const Command& c : *starts) {
-    hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank, "running",
-                        1, 0, 0, 0, 0, ""});
-  }
-  ASSERT_EQ(hb.tasks.size(), 1u);
-  ASSERT_TRUE(cluster_->HandleHeartbeat(hb).ok());
+  auto starts = StartRanksOn(*cluster_, "node-0");
+  ASSERT_TRUE(starts.ok()) << starts.status().ToString();
+  ASSERT_EQ(starts->size(), 1u);
   ASSERT_TRUE(
       series_->Append({{std::stoll(id), 0, "loss", {{1, 1000, 2.5}, {2, 2000, 2.4}}}}).ok());
   // A refused submission that carries the secret too.
