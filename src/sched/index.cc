@@ -18,7 +18,7 @@ class NameTable {
   }
   // The id of `name`, inserting `id` for it when it is new.
   int32_t Intern(std::string_view name, int32_t id) {
-    Entry& e = Probe(name);
+    Entry& e = entries_[Slot(name)];
     if (e.id < 0) {
       e = {name, id};
       if (++size_ * 2 > entries_.size()) Grow();
@@ -26,7 +26,7 @@ class NameTable {
     }
     return e.id;
   }
-  int32_t Find(std::string_view name) const { return const_cast<NameTable*>(this)->Probe(name).id; }
+  int32_t Find(std::string_view name) const { return entries_[Slot(name)].id; }
   size_t size() const { return size_; }
 
  private:
@@ -34,18 +34,19 @@ class NameTable {
     std::string_view name;
     int32_t id = -1;
   };
-  Entry& Probe(std::string_view name) {
+  // Where `name` is, or the empty slot where it would go.
+  size_t Slot(std::string_view name) const {
     const size_t mask = entries_.size() - 1;
     for (size_t i = std::hash<std::string_view>{}(name)&mask;; i = (i + 1) & mask) {
-      Entry& e = entries_[i];
-      if (e.id < 0 || e.name == name) return e;
+      const Entry& e = entries_[i];
+      if (e.id < 0 || e.name == name) return i;
     }
   }
   void Grow() {
     std::vector<Entry> old(entries_.size() * 2);
     old.swap(entries_);
     for (const Entry& e : old) {
-      if (e.id >= 0) Probe(e.name) = e;
+      if (e.id >= 0) entries_[Slot(e.name)] = e;
     }
   }
   std::vector<Entry> entries_;
