@@ -363,7 +363,8 @@ TEST(SqliteCrashTest, EveryBatchIsWhollyPresentOrWhollyAbsent) {
 
     // The store itself reads back what this round wrote, and keeps handing out fresh
     // ids. (Decoding every job each round would dominate the test's time.)
-    Result<JobPage> fresh = (*store)->ListJobs({}, last_reserved, kMaxListLimit);
+    Result<JobPage> fresh =
+        (*store)->ListJobs({}, last_reserved, kMaxListLimit, JobOrder::kAscending);
     ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
     EXPECT_EQ(static_cast<int64_t>(fresh->jobs.size()), (n - batches_present) * kJobsPerBatch);
     Result<JobId> next = (*store)->ReserveJobIds(1);

@@ -1,6 +1,7 @@
 #include "store/memory_store.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "store/commit.h"
@@ -201,17 +202,28 @@ Result<std::optional<Job>> MemoryStore::GetJob(JobId id) {
   return std::optional<Job>(it->second);
 }
 
-Result<JobPage> MemoryStore::ListJobs(const JobFilter& filter, JobId after_id, int limit) {
+Result<JobPage> MemoryStore::ListJobs(const JobFilter& filter, JobId after_id, int limit,
+                                      JobOrder order) {
   TY_RETURN_IF_ERROR(CheckListLimit("ListJobs", limit));
   std::lock_guard lock(mu_);
   JobPage page;
-  for (auto it = jobs_.upper_bound(after_id); it != jobs_.end(); ++it) {
-    if (!Matches(filter, it->second)) continue;
+  // Adds `job` if it matches; false once the page is full (and another match exists).
+  auto add = [&](const Job& job) {
+    if (!Matches(filter, job)) return true;
     if (static_cast<int>(page.jobs.size()) == limit) {
       page.next_after_id = page.jobs.back().id;
-      break;
+      return false;
     }
-    page.jobs.push_back(it->second);
+    page.jobs.push_back(job);
+    return true;
+  };
+  if (order == JobOrder::kAscending) {
+    for (auto it = jobs_.upper_bound(after_id); it != jobs_.end() && add(it->second); ++it) {
+    }
+  } else {
+    auto end = after_id == 0 ? jobs_.end() : jobs_.lower_bound(after_id);
+    for (auto it = std::make_reverse_iterator(end); it != jobs_.rend() && add(it->second); ++it) {
+    }
   }
   return page;
 }

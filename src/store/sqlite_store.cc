@@ -680,11 +680,15 @@ Result<std::optional<Job>> SqliteStore::GetJob(JobId id) {
   return std::optional<Job>(std::move(jobs.front()));
 }
 
-Result<JobPage> SqliteStore::ListJobs(const JobFilter& filter, JobId after_id, int limit) {
+Result<JobPage> SqliteStore::ListJobs(const JobFilter& filter, JobId after_id, int limit,
+                                      JobOrder order) {
   TY_RETURN_IF_ERROR(CheckListLimit("ListJobs", limit));
+  const bool descending = order == JobOrder::kDescending;
   // Distinct states keep the number of statement shapes (and cached statements) small.
   std::set<JobState> states(filter.states.begin(), filter.states.end());
-  std::string sql = "SELECT id, doc FROM jobs WHERE id > ?";
+  // Descending: ids below `after_id`, i.e. up to after_id - 1; every id when it is 0.
+  std::string sql = descending ? "SELECT id, doc FROM jobs WHERE id <= ?"
+                               : "SELECT id, doc FROM jobs WHERE id > ?";
   if (!states.empty()) sql += " AND state IN (" + Placeholders(states.size()) + ")";
   if (!filter.tenant.empty()) sql += " AND tenant = ?";
   if (!filter.queue.empty()) sql += " AND queue = ?";
@@ -694,12 +698,14 @@ Result<JobPage> SqliteStore::ListJobs(const JobFilter& filter, JobId after_id, i
     name_end = PrefixUpperBound(filter.name_prefix);
     if (name_end) sql += " AND name < ?";
   }
-  sql += " ORDER BY id LIMIT ?";
+  sql += descending ? " ORDER BY id DESC LIMIT ?" : " ORDER BY id LIMIT ?";
 
   std::lock_guard lock(mu_);
   TY_ASSIGN_OR_RETURN(Statement st, Prepare(sql));
   int i = 0;
-  st.Bind(++i, after_id);
+  st.Bind(++i, !descending     ? after_id
+               : after_id == 0 ? std::numeric_limits<JobId>::max()
+                               : after_id - 1);
   for (JobState s : states) st.Bind(++i, JobStateName(s));
   if (!filter.tenant.empty()) st.Bind(++i, filter.tenant);
   if (!filter.queue.empty()) st.Bind(++i, filter.queue);

@@ -60,7 +60,8 @@ class SqliteStore final : public Store {
   Status Commit(const WriteBatch& batch) override;
   Result<JobId> ReserveJobIds(int64_t n) override;
   Result<std::optional<Job>> GetJob(JobId id) override;
-  Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit) override;
+  Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit,
+                           JobOrder order) override;
   Result<EventPage> ListEvents(JobId job_id, int64_t after_seq, int limit) override;
   Result<AuditPage> ListAudit(const AuditFilter& filter, int64_t after_seq, int limit) override;
   Result<std::vector<Node>> ListNodes() override;

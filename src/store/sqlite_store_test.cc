@@ -294,7 +294,7 @@ TEST_F(SqliteStoreTest, MigratesAVersion1Database) {
   EXPECT_EQ(raw.One("PRAGMA integrity_check"), "ok");
 
   EXPECT_EQ(store->GetJob(1)->value(), llama);
-  Result<JobPage> page = store->ListJobs({.name_prefix = "llama"}, 0, 10);
+  Result<JobPage> page = store->ListJobs({.name_prefix = "llama"}, 0, 10, JobOrder::kAscending);
   ASSERT_TRUE(page.ok()) << page.status().ToString();
   ASSERT_EQ(page->jobs.size(), 1u);
   EXPECT_EQ(page->jobs[0], llama);
@@ -424,7 +424,8 @@ TEST_F(SqliteStoreTest, UnreadableDocumentsAreDataLoss) {
   EXPECT_EQ(one.status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(one.status().message(), "job 1: stored document does not decode: job.spec: missing");
   EXPECT_EQ(store->GetJob(2).status().message(), "job 2: stored document is not valid JSON");
-  EXPECT_EQ(store->ListJobs({}, 0, 10).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(store->ListJobs({}, 0, 10, JobOrder::kAscending).status().code(),
+            StatusCode::kDataLoss);
   EXPECT_EQ(store->LoadAll().status().code(), StatusCode::kDataLoss);
 }
 

@@ -152,9 +152,14 @@ struct JobFilter {
   std::string name_prefix{};       // byte-wise prefix of spec.name; empty: any
 };
 
+// The order of a listing of jobs by id: kAscending (oldest first; the cursor `after_id`
+// is a lower bound) or kDescending (newest first; `after_id` is an upper bound).
+enum class JobOrder { kAscending, kDescending };
+
 struct JobPage {
-  std::vector<Job> jobs;  // ascending id
-  // Pass as `after_id` to get the next page; nullopt when no matching job is left.
+  std::vector<Job> jobs;  // ascending id, or descending with JobOrder::kDescending
+  // Pass as `after_id` (with the same order) to get the next page; nullopt when no
+  // matching job is left.
   std::optional<JobId> next_after_id;
 };
 
@@ -223,9 +228,11 @@ class Store {
   // cannot be read (DataLoss when its stored document does not decode).
   virtual Result<std::optional<Job>> GetJob(JobId id) = 0;
 
-  // Up to `limit` (1..kMaxListLimit) jobs matching `filter` with id > `after_id`,
-  // ascending id. Start with after_id = 0.
-  virtual Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit) = 0;
+  // Up to `limit` (1..kMaxListLimit) jobs matching `filter`, in `order`: with
+  // kAscending those with id > `after_id`, lowest first; with kDescending those with
+  // id < `after_id` (any id when after_id is 0), highest first. Start with after_id = 0.
+  virtual Result<JobPage> ListJobs(const JobFilter& filter, JobId after_id, int limit,
+                                   JobOrder order) = 0;
 
   // Up to `limit` (1..kMaxListLimit) events of `job_id` with seq > `after_seq`,
   // ascending seq. A job without events (or no such job) gives an empty page.

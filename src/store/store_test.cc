@@ -99,7 +99,7 @@ class StoreTest : public ::testing::TestWithParam<StoreKind> {
     Result<StoredState> state = store_->LoadAll();
     TY_CHECK(state.ok());
     e.state = *state;
-    Result<JobPage> jobs = store_->ListJobs({}, 0, kMaxListLimit);
+    Result<JobPage> jobs = store_->ListJobs({}, 0, kMaxListLimit, JobOrder::kAscending);
     TY_CHECK(jobs.ok());
     e.all_jobs = jobs->jobs;
     for (const Job& job : e.all_jobs) {
@@ -246,8 +246,11 @@ TEST_P(StoreTest, PutReplacesByKey) {
   EXPECT_THAT(*store_->ListQueues(), ElementsAre(Queue{"vision", "research", "", 2, 4, 3.0}));
   EXPECT_THAT(*store_->ListTenants(), ElementsAre(Tenant{"research", "renamed"}));
   // The indexed columns follow the document.
-  EXPECT_TRUE(store_->ListJobs({.states = {JobState::kPending}}, 0, 10)->jobs.empty());
-  EXPECT_EQ(store_->ListJobs({.states = {JobState::kAdmitted}}, 0, 10)->jobs.size(), 1u);
+  EXPECT_TRUE(store_->ListJobs({.states = {JobState::kPending}}, 0, 10, JobOrder::kAscending)
+                  ->jobs.empty());
+  EXPECT_EQ(
+      store_->ListJobs({.states = {JobState::kAdmitted}}, 0, 10, JobOrder::kAscending)->jobs.size(),
+      1u);
 }
 
 TEST_P(StoreTest, ReservesIncreasingIds) {
@@ -261,9 +264,9 @@ TEST_P(StoreTest, RejectsBadArguments) {
   EXPECT_EQ(store_->ReserveJobIds(0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->ReserveJobIds(kMaxJobIdReservation + 1).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_THAT(store_->ListJobs({}, 0, 0).status().message(),
+  EXPECT_THAT(store_->ListJobs({}, 0, 0, JobOrder::kAscending).status().message(),
               HasSubstr("ListJobs: limit must be between 1 and 10000, got 0"));
-  EXPECT_EQ(store_->ListJobs({}, 0, kMaxListLimit + 1).status().code(),
+  EXPECT_EQ(store_->ListJobs({}, 0, kMaxListLimit + 1, JobOrder::kAscending).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->ListEvents(1, 0, -1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(store_->ListAudit({}, 0, 0).status().message(),
@@ -292,7 +295,7 @@ TEST_P(StoreTest, PagesJobsInIdOrder) {
   JobId after = 0;
   int pages = 0;
   while (true) {
-    Result<JobPage> page = store_->ListJobs({}, after, 10);
+    Result<JobPage> page = store_->ListJobs({}, after, 10, JobOrder::kAscending);
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     ++pages;
     for (JobId id : Ids(*page)) seen.push_back(id);
@@ -304,9 +307,40 @@ TEST_P(StoreTest, PagesJobsInIdOrder) {
   EXPECT_EQ(seen, ids);
 
   // A page that ends exactly at the last job says there is no more.
-  Result<JobPage> exact = store_->ListJobs({}, ids[14], 10);
+  Result<JobPage> exact = store_->ListJobs({}, ids[14], 10, JobOrder::kAscending);
   EXPECT_EQ(exact->jobs.size(), 10u);
   EXPECT_FALSE(exact->next_after_id.has_value());
+}
+
+TEST_P(StoreTest, PagesJobsNewestFirst) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 25; ++i) names.push_back("job-" + std::to_string(i));
+  std::vector<JobId> ids = AddJobs(names);
+
+  std::vector<JobId> seen;
+  JobId after = 0;
+  int pages = 0;
+  while (true) {
+    Result<JobPage> page = store_->ListJobs({}, after, 10, JobOrder::kDescending);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    ++pages;
+    for (JobId id : Ids(*page)) seen.push_back(id);
+    if (!page->next_after_id) break;
+    EXPECT_EQ(*page->next_after_id, page->jobs.back().id);
+    after = *page->next_after_id;
+  }
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(seen, std::vector<JobId>(ids.rbegin(), ids.rend()));
+
+  // `after` is an upper bound: the ids below it, highest first.
+  Result<JobPage> below = store_->ListJobs({}, ids[10], 3, JobOrder::kDescending);
+  EXPECT_EQ(Ids(*below), (std::vector<JobId>{ids[9], ids[8], ids[7]}));
+  EXPECT_EQ(below->next_after_id, ids[7]);
+  // A page that ends exactly at the first job says there is no more.
+  Result<JobPage> exact = store_->ListJobs({}, ids[10], 10, JobOrder::kDescending);
+  EXPECT_EQ(exact->jobs.size(), 10u);
+  EXPECT_FALSE(exact->next_after_id.has_value());
+  EXPECT_TRUE(store_->ListJobs({}, ids[0], 10, JobOrder::kDescending)->jobs.empty());
 }
 
 TEST_P(StoreTest, FiltersJobs) {
@@ -321,7 +355,7 @@ TEST_P(StoreTest, FiltersJobs) {
   ASSERT_TRUE(store_->Commit(batch).ok());
 
   auto ids = [&](const JobFilter& f) {
-    Result<JobPage> page = store_->ListJobs(f, 0, 100);
+    Result<JobPage> page = store_->ListJobs(f, 0, 100, JobOrder::kAscending);
     TY_CHECK_MSG(page.ok(), page.status().ToString());
     return Ids(*page);
   };
@@ -342,13 +376,31 @@ TEST_P(StoreTest, FiltersJobs) {
                  .name_prefix = "llama"}),
             (V{4}));
   // Filters and paging together.
-  Result<JobPage> first = store_->ListJobs({.name_prefix = "llam"}, 0, 2);
+  Result<JobPage> first = store_->ListJobs({.name_prefix = "llam"}, 0, 2, JobOrder::kAscending);
   EXPECT_EQ(Ids(*first), (V{1, 2}));
-  Result<JobPage> second = store_->ListJobs({.name_prefix = "llam"}, *first->next_after_id, 2);
+  Result<JobPage> second =
+      store_->ListJobs({.name_prefix = "llam"}, *first->next_after_id, 2, JobOrder::kAscending);
   EXPECT_EQ(Ids(*second), (V{4, 5}));
-  Result<JobPage> third = store_->ListJobs({.name_prefix = "llam"}, *second->next_after_id, 2);
+  Result<JobPage> third =
+      store_->ListJobs({.name_prefix = "llam"}, *second->next_after_id, 2, JobOrder::kAscending);
   EXPECT_EQ(Ids(*third), (V{6}));
   EXPECT_FALSE(third->next_after_id.has_value());
+  // The same, newest first.
+  auto desc = [&](const JobFilter& f, JobId after, int limit) {
+    Result<JobPage> page = store_->ListJobs(f, after, limit, JobOrder::kDescending);
+    TY_CHECK_MSG(page.ok(), page.status().ToString());
+    return *page;
+  };
+  EXPECT_EQ(Ids(desc({.states = {JobState::kRunning, JobState::kPending}}, 0, 100)),
+            (V{5, 3, 2, 1}));
+  EXPECT_EQ(Ids(desc({.tenant = "research", .queue = "vision"}, 6, 100)), (V{5, 1}));
+  JobPage d1 = desc({.name_prefix = "llam"}, 0, 2);
+  EXPECT_EQ(Ids(d1), (V{6, 5}));
+  JobPage d2 = desc({.name_prefix = "llam"}, *d1.next_after_id, 2);
+  EXPECT_EQ(Ids(d2), (V{4, 2}));
+  JobPage d3 = desc({.name_prefix = "llam"}, *d2.next_after_id, 2);
+  EXPECT_EQ(Ids(d3), (V{1}));
+  EXPECT_FALSE(d3.next_after_id.has_value());
 }
 
 TEST_P(StoreTest, EventsAreOrderedPagedAndKeptPerJob) {
@@ -564,7 +616,7 @@ TEST_P(StoreTest, RejectsInvalidValues) {
   EXPECT_EQ(code, StatusCode::kInvalidArgument);
   EXPECT_THAT(msg, HasSubstr("event.kind must not be empty"));
 
-  EXPECT_TRUE(store_->ListJobs({}, 0, 10)->jobs.empty());
+  EXPECT_TRUE(store_->ListJobs({}, 0, 10, JobOrder::kAscending)->jobs.empty());
 }
 
 TEST_P(StoreTest, LoadAllReturnsActiveJobsOnly) {
@@ -604,7 +656,7 @@ TEST_P(StoreTest, ConcurrentCallsAreSerialised) {
           errors[t] = s;
           return;
         }
-        if (Result<JobPage> page = store_->ListJobs({}, 0, 5); !page.ok()) {
+        if (Result<JobPage> page = store_->ListJobs({}, 0, 5, JobOrder::kAscending); !page.ok()) {
           errors[t] = page.status();
           return;
         }
@@ -614,7 +666,7 @@ TEST_P(StoreTest, ConcurrentCallsAreSerialised) {
   for (std::thread& t : threads) t.join();
   for (const Status& s : errors) EXPECT_TRUE(s.ok()) << s.ToString();
 
-  Result<JobPage> all = store_->ListJobs({}, 0, kMaxListLimit);
+  Result<JobPage> all = store_->ListJobs({}, 0, kMaxListLimit, JobOrder::kAscending);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->jobs.size(), size_t{kThreads * kBatchesPerThread});
   std::set<int64_t> seqs;
