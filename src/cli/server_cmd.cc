@@ -45,6 +45,7 @@ struct ServerFlags {
   std::vector<std::string> alert_webhooks;
   std::string alert_webhook_ca;
   std::string alert_interval = "1s";
+  std::string web_dir;  // the dashboard from here, read per request; empty: built in
 };
 
 Status ParsePolicy(const std::string& text, sched::Policy& p) {
@@ -158,6 +159,14 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
                            QuoteForMessage(f.alert_interval));
   }
   o.alert_interval = *interval;
+  if (!f.web_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(f.web_dir, ec)) {
+      return InvalidArgument("--web-dir: " + QuoteForMessage(f.web_dir) +
+                             " is not a directory; pass the front end's sources (web/src)");
+    }
+    o.web_dir = std::filesystem::absolute(f.web_dir).lexically_normal().string();
+  }
   TY_RETURN_IF_ERROR(ParsePolicy(f.policy, o.policy));
   TY_ASSIGN_OR_RETURN(o.allowed_dirs, ParseAllowedDirs("--allowed-dirs", f.allowed_dirs));
   if (f.tls_cert.empty() != f.tls_key.empty()) {
@@ -219,6 +228,17 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
                   "PEM CA certificates for https webhooks (default: the system's)");
   cmd->add_option("--alert-interval", f.alert_interval, "How often the alert rules are evaluated")
       ->capture_default_str();
+  cmd->add_option("--web-dir", f.web_dir,
+                  "Serve the dashboard from DIR (e.g. web/src; uPlot from DIR/../node_modules), "
+                  "read on every request, instead of the copy built into the binary: for "
+                  "working on the front end");
+}
+
+// The dashboard's address; with `token`, one that signs the browser in: the page keeps
+// the token from the fragment (never sent to the server) and removes it from the
+// address bar.
+std::string DashboardUrl(const std::string& server_url, const std::string& token = "") {
+  return server_url + "/" + (token.empty() ? "" : "#token=" + token);
 }
 
 // Blocks SIGINT and SIGTERM in this thread (and so in the threads it starts) and
@@ -262,6 +282,7 @@ int RunServer(const ServerFlags& f, std::ostream& out, std::ostream& err) {
     err << "trainyard server: " << s.message() << "\n";
   }
   out << "trainyard server listening on " << srv.Url() << "\n"
+      << "  dashboard: " << DashboardUrl(srv.Url()) << "\n"
       << "data dir: " << opts->data_dir << "; agents join with --join-token from " << opts->data_dir
       << "/join-token\n"
       << (opts->insecure_local ? "authentication: none (--insecure-local)\n"
@@ -354,8 +375,15 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
     if (!opts->tls_cert.empty()) argv.insert(argv.end(), {"--ca-cert", opts->tls_cert});
     agents.push_back(Spawn(argv, agent_dir + "/agent.log"));
   }
+  // The admin token, for the dashboard link and the demo jobs (none with
+  // --insecure-local).
+  std::string admin_token;
+  if (!opts->insecure_local) {
+    if (std::ifstream in(dir + "/" + server::kAdminTokenFile); in) std::getline(in, admin_token);
+  }
   out << "Trainyard local cluster: " << f.nodes << " node(s) x " << f.gpus_per_node << " "
       << f.gpu_type << " (simulated)\n"
+      << "  dashboard: " << DashboardUrl(srv.Url(), admin_token) << "\n"
       << "  API:       " << srv.Url() << "/api/v1  (URL written to " << dir << "/server.url)\n"
       << "  data dir:  " << dir << " (agent logs in agents/NODE/agent.log)\n"
       << (opts->insecure_local
@@ -385,10 +413,8 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
     }
     httplib::Client client(srv.Url());
     http::VerifyServer(client, opts->tls_cert);
-    if (std::ifstream in(dir + "/" + server::kAdminTokenFile); in) {
-      std::string token;
-      std::getline(in, token);
-      if (!token.empty()) client.set_default_headers({{"Authorization", "Bearer " + token}});
+    if (!admin_token.empty()) {
+      client.set_default_headers({{"Authorization", "Bearer " + admin_token}});
     }
     for (const auto& [what, text] : jobs) {
       auto res = client.Post("/api/v1/jobs", text, "application/yaml");

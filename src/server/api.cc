@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 
 #include "core/codec.h"
 #include "core/job_text.h"
@@ -16,6 +17,7 @@
 #include "monitor/webhook.h"
 #include "server/log_search.h"
 #include "server/metrics_page.h"
+#include "server/web_assets.h"
 #include "track/chrome_trace.h"
 #include "track/ingest.h"
 #include "track/runs.h"
@@ -102,6 +104,43 @@ Status CheckBodyKeys(const json& j, const char* what,
     }
   }
   return Status::Ok();
+}
+
+// A user GET answered 200 with a body: a weak tag of the body, and 304 without the
+// body when If-None-Match holds it. A poll that finds nothing changed costs the
+// client a few headers.
+void AnswerConditionally(const httplib::Request& req, httplib::Response& res) {
+  if (res.status != 200 || res.body.empty()) return;
+  const std::string etag = "W/\"" + ContentHash(res.body) + "\"";
+  res.set_header("ETag", etag);
+  res.set_header("Cache-Control", "no-cache");
+  if (IfNoneMatchHas(req.get_header_value("If-None-Match"), etag)) {
+    res.status = 304;
+    res.body.clear();
+  }
+}
+
+// The dashboard keeps to its own origin: its scripts and styles come from here (uPlot
+// sets inline styles), it calls only this server's API and may not be framed.
+constexpr const char* kDashboardPolicy =
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'self'";
+
+void SendWebFile(const httplib::Request& req, httplib::Response& res, Result<WebFile> file) {
+  if (!file.ok()) return SendError(res, file.status());
+  res.set_header("ETag", file->etag);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Content-Type-Options", "nosniff");
+  res.set_header("Referrer-Policy", "no-referrer");
+  res.set_header("Content-Security-Policy", kDashboardPolicy);
+  if (IfNoneMatchHas(req.get_header_value("If-None-Match"), file->etag)) {
+    res.status = 304;
+    return;
+  }
+  res.status = 200;
+  res.body = std::move(file->body);
+  res.set_header("Content-Type", file->content_type);
 }
 
 ordered_json Placement(const std::vector<sched::Placement>& placement) {
@@ -218,7 +257,8 @@ Result<SubmitRequestParams> ParseSubmit(std::string_view body, const Params& par
 }
 
 Result<ListJobsRequest> ParseListJobs(const Params& params) {
-  TY_RETURN_IF_ERROR(CheckParams(params, {"state", "tenant", "queue", "name", "after", "limit"}));
+  TY_RETURN_IF_ERROR(
+      CheckParams(params, {"state", "tenant", "queue", "name", "after", "limit", "order"}));
   ListJobsRequest r;
   if (auto states = Param(params, "state")) {
     std::string_view text = *states;
@@ -269,6 +309,13 @@ Result<ListJobsRequest> ParseListJobs(const Params& params) {
   if (auto l = Param(params, "limit")) {
     TY_ASSIGN_OR_RETURN(int64_t limit, ParseInt("limit", *l, 1, store::kMaxListLimit));
     r.limit = static_cast<int>(limit);
+  }
+  if (auto o = Param(params, "order")) {
+    if (*o != "asc" && *o != "desc") {
+      return InvalidArgument("order: expected asc (oldest first) or desc (newest first), got " +
+                             QuoteForMessage(*o));
+    }
+    r.order = *o == "desc" ? store::JobOrder::kDescending : store::JobOrder::kAscending;
   }
   return r;
 }
@@ -435,6 +482,13 @@ ordered_json RenderNode(const NodeView& v) {
   j["gpus_used"] = v.gpus_used;
   j["gpu_type"] = v.node.gpus.empty() ? "" : v.node.gpus.front().model;
   j["jobs"] = v.jobs;
+  // By GPU index: the job running on it, or null when it is free.
+  ordered_json on_gpu = ordered_json::array();
+  for (size_t g = 0; g < v.node.gpus.size(); ++g) {
+    const JobId id = g < v.gpu_jobs.size() ? v.gpu_jobs[g] : 0;
+    on_gpu.push_back(id == 0 ? ordered_json(nullptr) : ordered_json(id));
+  }
+  j["gpu_jobs"] = std::move(on_gpu);
   if (!v.telemetry.empty()) {
     ordered_json gpus = ordered_json::array();
     for (const GpuTelemetry& t : v.telemetry) {
@@ -955,6 +1009,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
           SendJson(res, 429, {{"error", s.message()}});
         } else {
           handler(req, res, call);
+          if (method == "GET") AnswerConditionally(req, res);
         }
       } else if (Status s = access.AdmitUnauthenticated(req.remote_addr); !s.ok()) {
         // Past its rate a client that cannot authenticate is not audited either.
@@ -1003,6 +1058,16 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   routes.push_back({"GET", v1 + "/healthz", RouteAccess::kPublic, Action::kReadCluster});
   http.Get(v1 + "/healthz", [](const Request&, Response& res) {
     SendJson(res, 200, {{"ok", true}});
+  });
+
+  // --- the dashboard: its page and files, for anyone ---
+  auto web = std::make_shared<const WebAssets>(
+      options.web_dir.empty() ? WebAssets::Embedded() : WebAssets::FromDirectory(options.web_dir));
+  routes.push_back({"GET", "/", RouteAccess::kPublicFile, Action::kReadCluster});
+  http.Get("/", [web](const Request& req, Response& res) { SendWebFile(req, res, web->Page()); });
+  routes.push_back({"GET", "/assets/(.+)", RouteAccess::kPublicFile, Action::kReadCluster});
+  http.Get("/assets/(.+)", [web](const Request& req, Response& res) {
+    SendWebFile(req, res, web->Asset(req.matches[1].str()));
   });
   user("GET", "/whoami", Action::kReadCluster, [](const Request&, Response& res, Call& call) {
     SendJson(res, 200,
@@ -1298,6 +1363,14 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
       if (CanSeeTenant(who, n.job_tenants[i])) jobs.push_back(n.jobs[i]);
     }
     j["jobs"] = std::move(jobs);
+    // A GPU busy with a job the caller may not see says so without the job's id.
+    for (ordered_json& g : j["gpu_jobs"]) {
+      if (g.is_null()) continue;
+      const auto id = g.get<JobId>();
+      auto at = std::find(n.jobs.begin(), n.jobs.end(), id);
+      const size_t i = static_cast<size_t>(at - n.jobs.begin());
+      if (i >= n.job_tenants.size() || !CanSeeTenant(who, n.job_tenants[i])) g = "hidden";
+    }
     return j;
   };
   user("GET", "/nodes", Action::kReadCluster,

@@ -1,5 +1,5 @@
-// The HTTP face of the control plane: REST API under /api/v1 (docs/api.md) and the
-// agent endpoints (docs/agent-protocol.md).
+// The HTTP face of the control plane: REST API under /api/v1 (docs/api.md), the agent
+// endpoints (docs/agent-protocol.md) and the web dashboard's files at / (web_assets.h).
 //
 // Each endpoint is three small pieces: parse the request into a value (the Parse*
 // functions, unit-tested without a server), call the Cluster, render JSON. Only this
@@ -59,7 +59,8 @@ struct SubmitRequestParams {
   std::vector<std::string> warnings;
 };
 Result<SubmitRequestParams> ParseSubmit(std::string_view body, const Params& params);
-// GET /jobs query: state (comma list), tenant, queue, name (prefix), after, limit.
+// GET /jobs query: state (comma list), tenant, queue, name (prefix), after, limit, order
+// (asc, the default, or desc: newest first, `after` then an upper bound).
 Result<ListJobsRequest> ParseListJobs(const Params& params);
 Result<JobId> ParseJobId(std::string_view text);
 Result<CheckpointReport> ParseCheckpoint(std::string_view body);
@@ -103,6 +104,9 @@ struct ApiOptions {
   // Alert rules, signals and diagnosis; without it the alert and diagnosis endpoints
   // answer 503 and agents' telemetry only updates the nodes.
   Alerting* alerting = nullptr;
+  // Where the dashboard's files come from (web_assets.h): empty, the copy built into
+  // the binary; else this directory, read on every request (--web-dir).
+  std::string web_dir{};
 };
 
 // POST /nodes/{name}/faults body: {"kind" (required), "gpu" (default -1: the whole
@@ -115,9 +119,11 @@ struct FaultRequest {
 Result<FaultRequest> ParseFaultRequest(std::string_view body);
 nlohmann::ordered_json RenderAlert(const monitor::Alert& alert);
 
-// Who may call a route: anyone (health checks), agents (the join token), or users
-// (an API token, then the rules of core/auth.h for `action` on the object).
-enum class RouteAccess { kPublic, kAgent, kUser };
+// Who may call a route: anyone (health checks), anyone for the dashboard's page and
+// files (they hold no data: the page's API calls carry the user's token), agents (the
+// join token), or users (an API token, then the rules of core/auth.h for `action` on
+// the object).
+enum class RouteAccess { kPublic, kPublicFile, kAgent, kUser };
 struct RouteInfo {
   std::string method;   // GET, POST, PATCH, DELETE
   std::string pattern;  // as registered, e.g. "/api/v1/jobs/([^/]+)/cancel"
@@ -128,7 +134,14 @@ struct RouteInfo {
 // Installs every route on `http` and returns them (the authorization matrix test
 // walks this list, so a new route without a rule in that test fails it). User routes
 // authenticate with `access`, are rate-limited per token, and every request that is
-// not a GET is written to the audit log, allowed or not.
+// not a GET is written to the audit log, allowed or not. A user GET answered 200 with
+// a body carries a weak ETag of the body and `Cache-Control: no-cache`, and becomes 304
+// without the body when the request's If-None-Match holds that tag.
+//
+// The dashboard (docs/api.md, "Dashboard"): GET / is its page and GET /assets/<path>
+// its files, with an ETag (304 on If-None-Match), Cache-Control: no-cache, and
+// headers that keep the page to its own origin (Content-Security-Policy, nosniff,
+// no referrer).
 std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
                                   AccessControl& access, ApiOptions options);
 

@@ -5,12 +5,15 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/spec_codec.h"
 #include "server/cluster_testing.h"
 #include "server/http_testing.h"
+#include "server/web_assets.h"
 #include "store/memory_store.h"
 
 namespace trainyard::server {
@@ -43,6 +46,117 @@ TEST(ParseListJobsTest, FiltersAndPaging) {
   EXPECT_THAT(ParseListJobs({{"limit", "x"}}).status().message(), HasSubstr("limit"));
   EXPECT_THAT(ParseListJobs({{"stat", "Pending"}}).status().message(), HasSubstr("stat"));
   EXPECT_FALSE(ParseListJobs({{"tenant", "bad name!"}}).ok());
+}
+
+TEST(ParseListJobsTest, OrderIsAscOrDesc) {
+  EXPECT_EQ(ParseListJobs({})->order, store::JobOrder::kAscending);
+  EXPECT_EQ(ParseListJobs({{"order", "asc"}})->order, store::JobOrder::kAscending);
+  EXPECT_EQ(ParseListJobs({{"order", "desc"}})->order, store::JobOrder::kDescending);
+  auto bad = ParseListJobs({{"order", "newest"}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("order"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"newest\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("desc"));
+}
+
+TEST(WebAssetsTest, TagsAndTheirComparison) {
+  EXPECT_EQ(ContentHash(""), "cbf29ce484222325");  // FNV-1a 64's offset basis
+  EXPECT_EQ(ContentHash("a"), "af63dc4c8601ec8c");
+  EXPECT_TRUE(IfNoneMatchHas("\"abc\"", "\"abc\""));
+  EXPECT_TRUE(IfNoneMatchHas("W/\"abc\"", "\"abc\""));  // compared weakly
+  EXPECT_TRUE(IfNoneMatchHas("\"abc\"", "W/\"abc\""));
+  EXPECT_TRUE(IfNoneMatchHas("\"x\",  W/\"abc\" ", "W/\"abc\""));
+  EXPECT_TRUE(IfNoneMatchHas("*", "\"abc\""));
+  EXPECT_FALSE(IfNoneMatchHas("", "\"abc\""));
+  EXPECT_FALSE(IfNoneMatchHas("\"abcd\"", "\"abc\""));
+  EXPECT_FALSE(IfNoneMatchHas("abc", "\"abc\""));
+}
+
+TEST(WebAssetsTest, ContentTypesByExtension) {
+  EXPECT_EQ(ContentTypeFor("index.html"), "text/html; charset=utf-8");
+  EXPECT_EQ(ContentTypeFor("pages/jobs.js"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(ContentTypeFor("style.css"), "text/css; charset=utf-8");
+  EXPECT_EQ(ContentTypeFor("icon.svg"), "image/svg+xml");
+  EXPECT_EQ(ContentTypeFor("a.json"), "application/json");
+  EXPECT_EQ(ContentTypeFor("a.png"), "image/png");
+  EXPECT_EQ(ContentTypeFor("favicon.ico"), "image/x-icon");
+  EXPECT_EQ(ContentTypeFor("README"), "application/octet-stream");
+  EXPECT_EQ(ContentTypeFor("a.js/b"), "application/octet-stream");
+}
+
+TEST(WebAssetsTest, TheEmbeddedCopyHasUPlotOrAStandIn) {
+  const WebAssets web = WebAssets::Embedded();
+  auto uplot = web.Asset("vendor/uPlot.esm.js");
+  ASSERT_TRUE(uplot.ok()) << uplot.status().ToString();
+  EXPECT_EQ(uplot->content_type, "text/javascript; charset=utf-8");
+  // An ES module with a default export: uPlot's, or the stand-in's.
+  const bool exports_a_default = uplot->body.find("export default") != std::string::npos ||
+                                 uplot->body.find("as default }") != std::string::npos;
+  EXPECT_TRUE(exports_a_default) << uplot->body.substr(0, 200);
+  EXPECT_EQ(uplot->etag, "\"" + ContentHash(uplot->body) + "\"");
+  EXPECT_TRUE(web.Asset("vendor/uPlot.min.css").ok());
+  EXPECT_EQ(web.Asset("nope.js").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(web.Asset("../vendor/uPlot.esm.js").status().code(), StatusCode::kNotFound);
+  // Built from a checkout with web/src: the page; without: a 404 that says why.
+  const bool built_with_page =
+      std::any_of(EmbeddedWebFiles().begin(), EmbeddedWebFiles().end(),
+                  [](const EmbeddedWebFile& f) { return f.path == "index.html"; });
+  auto page = web.Page();
+  EXPECT_EQ(page.ok(), built_with_page);
+  if (page.ok()) {
+    EXPECT_EQ(page->content_type, "text/html; charset=utf-8");
+  } else {
+    EXPECT_THAT(page.status().message(), HasSubstr("web/src"));
+  }
+}
+
+// A checkout's web/ in a temporary directory, for --web-dir.
+class WebDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/api_test_web_" + std::to_string(getpid());
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_ + "/web/src/pages");
+    std::filesystem::create_directories(root_ + "/web/node_modules/uplot/dist");
+    Write("web/src/index.html", "<!doctype html><title>t</title>");
+    Write("web/src/app.js", "import './pages/jobs.js';");
+    Write("web/src/pages/jobs.js", "export {};");
+    Write("web/node_modules/uplot/dist/uPlot.esm.js", "export default class uPlot {}");
+    Write("secret.txt", "tyt_secret");
+    std::filesystem::create_symlink(root_ + "/secret.txt", root_ + "/web/src/link.js");
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  void Write(const std::string& path, const std::string& text) {
+    std::ofstream(root_ + "/" + path) << text;
+  }
+  std::string root_;
+};
+
+TEST_F(WebDirTest, ServesTheDirectoryAndNothingOutsideIt) {
+  const WebAssets web = WebAssets::FromDirectory(root_ + "/web/src");
+  auto page = web.Page();
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_EQ(page->body, "<!doctype html><title>t</title>");
+  EXPECT_EQ(page->content_type, "text/html; charset=utf-8");
+  auto jobs = web.Asset("pages/jobs.js");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  EXPECT_EQ(jobs->body, "export {};");
+  auto uplot = web.Asset("vendor/uPlot.esm.js");
+  ASSERT_TRUE(uplot.ok()) << uplot.status().ToString();
+  EXPECT_EQ(uplot->body, "export default class uPlot {}");
+  // Read on every request: a change shows at once, with a new tag.
+  const std::string before = web.Asset("app.js")->etag;
+  Write("web/src/app.js", "console.log(1);");
+  EXPECT_EQ(web.Asset("app.js")->body, "console.log(1);");
+  EXPECT_NE(web.Asset("app.js")->etag, before);
+  // Missing uPlot says how to get it.
+  EXPECT_THAT(web.Asset("vendor/uPlot.min.css").status().message(), HasSubstr("make web"));
+  for (const char* path : {"../../secret.txt", "pages/../../../secret.txt", "link.js",
+                           "/etc/passwd", "", "pages", "pages/", "./app.js", "nope.js"}) {
+    auto r = web.Asset(path);
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << path;
+  }
+  EXPECT_THAT(WebAssets::FromDirectory(root_).Page().status().message(), HasSubstr("--web-dir"));
 }
 
 TEST(ParseSubmitTest, ArrayJobsCarryTheirIndex) {
@@ -259,8 +373,14 @@ class ApiTest : public ::testing::Test {
     if (!res) return {0, json()};
     return {res->status, json::parse(res->body, nullptr, false)};
   }
+  // A GET with `headers`; the whole response (status 0 when there was none).
+  httplib::Response Fetch(const std::string& path, const httplib::Headers& headers = {}) {
+    auto res = client_->Get(path.c_str(), headers);
+    if (!res) return httplib::Response{};
+    return *res;
+  }
   size_t StoredJobs() {
-    auto page = store_.ListJobs({}, 0, 1000);
+    auto page = store_.ListJobs({}, 0, 1000, store::JobOrder::kAscending);
     return page.ok() ? page->jobs.size() : 0;
   }
 
@@ -296,6 +416,112 @@ TEST_F(ApiTest, SubmitGetListCancel) {
   auto [s5, again] = Post("/api/v1/jobs/" + std::to_string(id) + "/cancel", "");
   EXPECT_EQ(s5, 409);
   EXPECT_THAT(again["error"].get<std::string>(), HasSubstr("finished"));
+}
+
+TEST_F(ApiTest, ConditionalGetsAnswer304UntilTheBodyChanges) {
+  ASSERT_EQ(Post("/api/v1/jobs", "name: a\ncommand: [x]\n").first, 201);
+  httplib::Response first = Fetch("/api/v1/jobs");
+  ASSERT_EQ(first.status, 200);
+  const std::string etag = first.get_header_value("ETag");
+  EXPECT_EQ(etag, "W/\"" + ContentHash(first.body) + "\"");
+  EXPECT_EQ(first.get_header_value("Cache-Control"), "no-cache");
+
+  httplib::Response same = Fetch("/api/v1/jobs", {{"If-None-Match", etag}});
+  EXPECT_EQ(same.status, 304);
+  EXPECT_EQ(same.body, "");
+  EXPECT_EQ(same.get_header_value("ETag"), etag);
+  // One of a list matches too; another tag does not.
+  EXPECT_EQ(Fetch("/api/v1/jobs", {{"If-None-Match", "\"old\", " + etag}}).status, 304);
+  EXPECT_EQ(Fetch("/api/v1/jobs", {{"If-None-Match", "W/\"0000000000000000\""}}).status, 200);
+
+  ASSERT_EQ(Post("/api/v1/jobs", "name: b\ncommand: [x]\n").first, 201);
+  httplib::Response changed = Fetch("/api/v1/jobs", {{"If-None-Match", etag}});
+  EXPECT_EQ(changed.status, 200);
+  EXPECT_THAT(changed.body, HasSubstr("\"b\""));
+  EXPECT_NE(changed.get_header_value("ETag"), etag);
+  EXPECT_FALSE(changed.get_header_value("ETag").empty());
+  // Errors carry no tag.
+  EXPECT_FALSE(Fetch("/api/v1/jobs/999").has_header("ETag"));
+}
+
+TEST_F(ApiTest, ListsJobsNewestFirstAcrossPendingAndFinished) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 9; ++i) {
+    auto [status, body] = Post("/api/v1/jobs", "name: j" + std::to_string(i) + "\ncommand: [x]\n");
+    ASSERT_EQ(status, 201) << body.dump();
+    ids.push_back(body["id"]);
+  }
+  // Finished ones are read from the store, the rest from memory: a mix on every page.
+  for (size_t i : {1u, 2u, 5u, 8u}) {
+    ASSERT_EQ(Post("/api/v1/jobs/" + std::to_string(ids[i]) + "/cancel", "").first, 200);
+  }
+  for (int limit : {1, 2, 3, 4, 100}) {
+    std::vector<int64_t> seen;
+    std::string after;
+    for (int pages = 0; pages < 20; ++pages) {
+      auto [status, page] = Get("/api/v1/jobs?order=desc&limit=" + std::to_string(limit) + after);
+      ASSERT_EQ(status, 200) << page.dump();
+      ASSERT_LE(page["jobs"].size(), static_cast<size_t>(limit));
+      for (const json& j : page["jobs"]) seen.push_back(j["id"]);
+      if (page["next_after"].is_null()) break;
+      after = "&after=" + std::to_string(page["next_after"].get<int64_t>());
+    }
+    EXPECT_EQ(seen, std::vector<int64_t>(ids.rbegin(), ids.rend())) << "limit " << limit;
+  }
+  // With a filter, and `after` below the newest.
+  auto [s1, cancelled] =
+      Get("/api/v1/jobs?order=desc&state=Cancelled,Pending&after=" + std::to_string(ids[6]) +
+          "&limit=3");
+  ASSERT_EQ(s1, 200);
+  std::vector<int64_t> got;
+  for (const json& j : cancelled["jobs"]) got.push_back(j["id"]);
+  EXPECT_EQ(got, (std::vector<int64_t>{ids[5], ids[4], ids[3]}));
+  EXPECT_EQ(cancelled["next_after"], ids[3]);
+  auto [s2, ascending] = Get("/api/v1/jobs?order=asc&limit=2");
+  ASSERT_EQ(s2, 200);
+  EXPECT_EQ(ascending["jobs"][0]["id"], ids[0]);
+  auto [s3, bad] = Get("/api/v1/jobs?order=up");
+  EXPECT_EQ(s3, 400);
+  EXPECT_THAT(bad["error"].get<std::string>(), HasSubstr("order"));
+}
+
+TEST_F(ApiTest, ServesTheDashboardWithCachingAndSecurityHeaders) {
+  httplib::Response uplot = Fetch("/assets/vendor/uPlot.esm.js");
+  ASSERT_EQ(uplot.status, 200);
+  EXPECT_EQ(uplot.get_header_value("Content-Type"), "text/javascript; charset=utf-8");
+  const std::string etag = uplot.get_header_value("ETag");
+  EXPECT_EQ(etag, "\"" + ContentHash(uplot.body) + "\"");
+  EXPECT_EQ(uplot.get_header_value("Cache-Control"), "no-cache");
+  EXPECT_EQ(uplot.get_header_value("X-Content-Type-Options"), "nosniff");
+  EXPECT_EQ(uplot.get_header_value("Referrer-Policy"), "no-referrer");
+  EXPECT_THAT(uplot.get_header_value("Content-Security-Policy"),
+              HasSubstr("default-src 'self'; script-src 'self';"));
+  EXPECT_THAT(uplot.get_header_value("Content-Security-Policy"),
+              HasSubstr("frame-ancestors 'none'"));
+  httplib::Response again = Fetch("/assets/vendor/uPlot.esm.js", {{"If-None-Match", etag}});
+  EXPECT_EQ(again.status, 304);
+  EXPECT_EQ(again.body, "");
+  EXPECT_EQ(Fetch("/assets/vendor/uPlot.min.css").get_header_value("Content-Type"),
+            "text/css; charset=utf-8");
+
+  auto [missing, error] = Get("/assets/nope.js");
+  EXPECT_EQ(missing, 404);
+  EXPECT_THAT(error["error"].get<std::string>(), HasSubstr("/assets/nope.js"));
+  EXPECT_EQ(Get("/assets/%2e%2e/%2e%2e/CMakeLists.txt").first, 404);
+
+  httplib::Response page = Fetch("/");
+  if (page.status == 200) {
+    EXPECT_EQ(page.get_header_value("Content-Type"), "text/html; charset=utf-8");
+    EXPECT_FALSE(page.get_header_value("Content-Security-Policy").empty());
+  } else {
+    EXPECT_EQ(page.status, 404);
+    EXPECT_THAT(page.body, HasSubstr("web/src"));
+  }
+  auto head = client_->Head("/assets/vendor/uPlot.esm.js");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->body, "");
+  EXPECT_EQ(head->get_header_value("ETag"), etag);
 }
 
 TEST_F(ApiTest, BadRequestsAreRejectedAndChangeNothing) {

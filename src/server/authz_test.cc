@@ -708,9 +708,25 @@ TEST_F(AuthzTest, NodesShowOnlyTheJobsTheCallerMaySee) {
   std::string body;
   ASSERT_EQ(Call("GET", tokens_["admin"], {"/api/v1/nodes/node-0", ""}, &body), 200);
   EXPECT_EQ(json::parse(body)["jobs"], json::array({std::stoll(theirs)})) << body;
+  // Each GPU says which job runs on it: its id for the admin, "hidden" for the viewer.
+  auto busy_gpus = [](const json& node, const json& shown) {
+    int busy = 0, free = 0;
+    for (const json& g : node.at("gpu_jobs")) {
+      if (g.is_null()) {
+        ++free;
+      } else {
+        EXPECT_EQ(g, shown) << node.dump();
+        ++busy;
+      }
+    }
+    EXPECT_EQ(busy + free, node.at("gpus_total").get<int>());
+    return busy;
+  };
+  EXPECT_EQ(busy_gpus(json::parse(body), json(std::stoll(theirs))), 1);
   ASSERT_EQ(Call("GET", tokens_["vision-viewer"], {"/api/v1/nodes/node-0", ""}, &body), 200);
   EXPECT_EQ(json::parse(body)["jobs"], json::array()) << body;
   EXPECT_EQ(json::parse(body)["gpus_used"], 1) << body;
+  EXPECT_EQ(busy_gpus(json::parse(body), json("hidden")), 1);
   ASSERT_EQ(Call("GET", tokens_["vision-viewer"], {"/api/v1/nodes", ""}, &body), 200);
   EXPECT_EQ(json::parse(body)["nodes"][0]["jobs"], json::array()) << body;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <iterator>
 #include <sstream>
 
 #include "core/names.h"
@@ -838,9 +839,13 @@ Result<JobView> Cluster::Impl::GetJob(JobId id) {
 Result<store::JobPage> Cluster::Impl::ListJobs(const ListJobsRequest& req) {
   const store::JobFilter& f = req.filter;
   const size_t limit = static_cast<size_t>(std::max(req.limit, 1));
+  const bool descending = req.order == store::JobOrder::kDescending;
   auto wanted = [&](JobState s) {
     return f.states.empty() || std::find(f.states.begin(), f.states.end(), s) != f.states.end();
   };
+  // The answer is the first `limit` matching ids past the cursor in the order asked
+  // for: the first `limit` of each source below, merged, hold them all.
+  //
   // Jobs that have not finished are all in jobs_ (with their live Pending reasons): read
   // them there, under mu_ for the time of `limit` + 1 matches. Finished ones are only
   // in the store; they are read after, so a job that finishes in between is seen twice
@@ -849,44 +854,61 @@ Result<store::JobPage> Cluster::Impl::ListJobs(const ListJobsRequest& req) {
   bool more = false;
   {
     std::lock_guard lk(mu_);
-    for (auto it = jobs_.upper_bound(req.after_id); it != jobs_.end(); ++it) {
-      const Job& j = it->second.job;
+    // Adds the job if it matches; false once `limit` are in and another matches.
+    auto add = [&](const Job& j) {
       if (!wanted(j.state) || (!f.tenant.empty() && j.spec.tenant != f.tenant) ||
           (!f.queue.empty() && j.spec.queue != f.queue) ||
           !std::string_view(j.spec.name).starts_with(f.name_prefix)) {
-        continue;
+        return true;
       }
       if (jobs.size() == limit) {
         more = true;
-        break;
+        return false;
       }
       jobs.push_back(j);
+      return true;
+    };
+    if (!descending) {
+      for (auto it = jobs_.upper_bound(req.after_id); it != jobs_.end() && add(it->second.job);
+           ++it) {
+      }
+    } else {
+      auto end = req.after_id == 0 ? jobs_.end() : jobs_.lower_bound(req.after_id);
+      for (auto it = std::make_reverse_iterator(end); it != jobs_.rend() && add(it->second.job);
+           ++it) {
+      }
     }
   }
+  const size_t unfinished = jobs.size();
   // One query per finished state, each a range of the store's (state, id) index.
   for (JobState s : {JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
     if (!wanted(s)) continue;
     store::JobFilter finished = f;
     finished.states = {s};
-    TY_ASSIGN_OR_RETURN(store::JobPage page,
-                        store_->ListJobs(finished, req.after_id, static_cast<int>(limit)));
+    TY_ASSIGN_OR_RETURN(store::JobPage page, store_->ListJobs(finished, req.after_id,
+                                                              static_cast<int>(limit), req.order));
     more = more || page.next_after_id.has_value();
-    for (Job& j : page.jobs) {
-      auto dup = std::find_if(jobs.begin(), jobs.end(), [&](const Job& x) { return x.id == j.id; });
-      if (dup != jobs.end()) {
-        *dup = std::move(j);
-      } else {
-        jobs.push_back(std::move(j));
-      }
-    }
+    std::move(page.jobs.begin(), page.jobs.end(), std::back_inserter(jobs));
   }
-  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.id < b.id; });
+  // In order, each id once: a stored record (after `unfinished`) replaces the one read
+  // from memory.
+  std::vector<size_t> order(jobs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return descending ? jobs[a].id > jobs[b].id : jobs[a].id < jobs[b].id;
+  });
   store::JobPage out;
-  if (jobs.size() > limit) {
-    jobs.resize(limit);
-    more = true;
+  for (size_t i : order) {
+    if (!out.jobs.empty() && out.jobs.back().id == jobs[i].id) {
+      if (i >= unfinished) out.jobs.back() = std::move(jobs[i]);
+      continue;
+    }
+    if (out.jobs.size() == limit) {
+      more = true;
+      break;
+    }
+    out.jobs.push_back(std::move(jobs[i]));
   }
-  out.jobs = std::move(jobs);
   if (more && !out.jobs.empty()) out.next_after_id = out.jobs.back().id;
   return out;
 }
@@ -1096,6 +1118,12 @@ std::vector<NodeView> Cluster::Impl::ListNodes() {
       auto it = views.find(p.node);
       if (it == views.end()) continue;
       it->second.gpus_used += static_cast<int64_t>(p.gpus.size());
+      std::vector<JobId>& on_gpu = it->second.gpu_jobs;
+      for (int32_t g : p.gpus) {
+        if (g < 0) continue;
+        if (on_gpu.size() <= static_cast<size_t>(g)) on_gpu.resize(static_cast<size_t>(g) + 1, 0);
+        on_gpu[static_cast<size_t>(g)] = id;
+      }
       if (it->second.jobs.empty() || it->second.jobs.back() != id) {
         it->second.jobs.push_back(id);
         it->second.job_tenants.push_back(e.job.spec.tenant);

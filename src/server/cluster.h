@@ -110,6 +110,7 @@ struct NodeView {
   int64_t gpus_used = 0;
   std::vector<JobId> jobs;                        // with ranks on it
   std::vector<std::string> job_tenants;           // the tenant of each of `jobs`
+  std::vector<JobId> gpu_jobs;                    // by GPU index: the job on it, 0 when free
   std::vector<GpuTelemetry> telemetry;            // from the last heartbeat, by GPU index
   std::vector<LinkTelemetry> links;               // from the last heartbeat
   std::vector<DiskTelemetry> disks;               // from the last heartbeat
@@ -139,8 +140,11 @@ struct QueueView {
 
 struct ListJobsRequest {
   store::JobFilter filter;
+  // The cursor: ascending lists ids above it, descending ids below it (0: from the
+  // newest); see store::Store::ListJobs.
   JobId after_id = 0;
   int limit = 100;
+  store::JobOrder order = store::JobOrder::kAscending;
 };
 
 struct CheckpointReport {

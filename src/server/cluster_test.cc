@@ -452,7 +452,7 @@ TEST_F(ClusterTest, SubmitRejectsUnknownPriorityAndStoresNothing) {
   auto r = cluster_->Submit({Spec("name: x\npriority: urgent\ncommand: [x]\n")}, "user:a");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), ::testing::HasSubstr("urgent"));
-  auto page = store_.ListJobs({}, 0, 10);
+  auto page = store_.ListJobs({}, 0, 10, store::JobOrder::kAscending);
   ASSERT_TRUE(page.ok());
   EXPECT_THAT(page->jobs, IsEmpty());
 }
@@ -484,7 +484,7 @@ TEST_F(ClusterTest, ConcurrentSubmissionsAllGetDistinctIds) {
   std::set<JobId> all;
   for (const auto& v : ids) all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), 400u);
-  auto page = store_.ListJobs({}, 0, 1000);
+  auto page = store_.ListJobs({}, 0, 1000, store::JobOrder::kAscending);
   ASSERT_TRUE(page.ok());
   EXPECT_THAT(page->jobs, SizeIs(400));
 }
@@ -701,7 +701,7 @@ TEST_F(ClusterTest, SubmitRefusesPathsOutsideTheAllowedDirsAndStoresNothing) {
   ASSERT_FALSE(relative.ok());
   EXPECT_THAT(relative.status().message(),
               ::testing::HasSubstr("checkpoint.dir: is relative to the agent's working directory"));
-  auto page = store_.ListJobs({}, 0, 10);
+  auto page = store_.ListJobs({}, 0, 10, store::JobOrder::kAscending);
   ASSERT_TRUE(page.ok());
   EXPECT_THAT(page->jobs, IsEmpty());
 

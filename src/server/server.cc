@@ -215,7 +215,7 @@ Status Server::Start() {
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
   InstallApi(*http_, *cluster_, *logs_, *access_,
-             ApiOptions{token_, series_.get(), profiles_.get(), alerting_.get()});
+             ApiOptions{token_, series_.get(), profiles_.get(), alerting_.get(), opt_.web_dir});
   int listen_fd = -1;
   http_->set_socket_options([&listen_fd](socket_t sock) {
     httplib::default_socket_options(sock);

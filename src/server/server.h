@@ -73,6 +73,9 @@ struct ServerOptions {
   std::vector<std::string> alert_webhooks;
   std::string alert_webhook_ca;
   Duration alert_interval{1'000};
+  // The dashboard's files from this directory, read on every request, instead of the
+  // copy built into the binary (ApiOptions::web_dir); empty: the built-in copy.
+  std::string web_dir;
 };
 
 class Server {
