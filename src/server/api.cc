@@ -13,6 +13,7 @@
 #include "core/job_text.h"
 #include "core/names.h"
 #include "core/spec_codec.h"
+#include "http/compress.h"
 #include "monitor/diagnose.h"
 #include "monitor/webhook.h"
 #include "server/log_search.h"
@@ -139,8 +140,8 @@ void SendWebFile(const httplib::Request& req, httplib::Response& res, Result<Web
     return;
   }
   res.status = 200;
-  res.body = std::move(file->body);
-  res.set_header("Content-Type", file->content_type);
+  http::SendCompressed(req, res, std::move(file->body), file->content_type, std::move(file->gzip),
+                       6);
 }
 
 ordered_json Placement(const std::vector<sched::Placement>& placement) {
@@ -1009,7 +1010,14 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
           SendJson(res, 429, {{"error", s.message()}});
         } else {
           handler(req, res, call);
-          if (method == "GET") AnswerConditionally(req, res);
+          if (method == "GET") {
+            AnswerConditionally(req, res);
+            // gzip at level 1 here rather than httplib's brotli at its slowest.
+            const std::string type = res.get_header_value("Content-Type");
+            if (res.status == 200 && !res.body.empty() && http::IsCompressible(type)) {
+              http::SendCompressed(req, res, std::move(res.body), type);
+            }
+          }
         }
       } else if (Status s = access.AdmitUnauthenticated(req.remote_addr); !s.ok()) {
         // Past its rate a client that cannot authenticate is not audited either.

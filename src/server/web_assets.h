@@ -27,11 +27,13 @@ struct WebFile {
   std::string body;
   std::string content_type;  // ContentTypeFor the file's name
   std::string etag;          // a strong tag, quoted: "\"" + ContentHash(body) + "\""
+  std::string gzip;          // body gzipped once (embedded, compressible files); or empty
 };
 
 class WebAssets {
  public:
-  // The copy built into the binary (EmbeddedWebFiles); the tags are computed here, once.
+  // The copy built into the binary (EmbeddedWebFiles); the tags and the gzipped copies
+  // (level 9, about 20 ms in all) are made here, once.
   static WebAssets Embedded();
   // The files under `dir`, read on every call: DIR/index.html, DIR/<path>, and uPlot
   // from DIR/../node_modules/uplot/dist (where `npm ci` in web/ puts it).
@@ -49,6 +51,7 @@ class WebAssets {
   struct Entry {
     std::string_view bytes;
     std::string etag;
+    std::string gzip;  // made once, at Embedded(), for compressible types
   };
   WebAssets() = default;
   Result<WebFile> Find(std::string_view path) const;
