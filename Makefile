@@ -5,6 +5,7 @@
 #   make up      setup, release build, start what Trainyard can run locally
 #   make bench   setup, release build, run the benchmarks in bench/
 #   make fuzz    setup, clang build of fuzz/, run each fuzzer FUZZ_SECONDS (default 300)
+#   make web     npm ci in web/ (uPlot for the dashboard, playwright-core for its tests)
 #   make format  clang-format every C++ file
 
 JOBS     ?= $(shell nproc)
@@ -16,12 +17,20 @@ FUZZ     ?= build-fuzz
 FUZZ_SECONDS ?= 300
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build build-asan build-release build-fuzz test test-all test-asan test-fuzz up bench fuzz soak format clean
+.PHONY: all setup web build build-asan build-release build-fuzz test test-all test-asan test-fuzz up bench fuzz soak format clean
 
 all: build
 
 setup:
 	@scripts/setup
+
+# The dashboard's npm packages, installed exactly as web/package-lock.json pins them;
+# again only when the lock file changes. The server embeds uPlot at build time.
+web/node_modules/.package-lock.json: web/package-lock.json web/package.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+web: setup web/node_modules/.package-lock.json
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Debug -DTRAINYARD_WERROR=$(WERROR) -DTRAINYARD_BENCH=OFF $(CMAKE_FLAGS)
@@ -37,16 +46,16 @@ $(FUZZ)/CMakeCache.txt:
 	cmake -S . -B $(FUZZ) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
 	  -DCMAKE_CXX_COMPILER=clang++ -DTRAINYARD_FUZZ=ON -DTRAINYARD_BENCH=OFF $(CMAKE_FLAGS)
 
-build: setup $(BUILD)/CMakeCache.txt
+build: setup web $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-build-asan: setup $(ASAN)/CMakeCache.txt
+build-asan: setup web $(ASAN)/CMakeCache.txt
 	cmake --build $(ASAN) -j $(JOBS)
 
-build-release: setup $(RELEASE)/CMakeCache.txt
+build-release: setup web $(RELEASE)/CMakeCache.txt
 	cmake --build $(RELEASE) -j $(JOBS)
 
-build-fuzz: setup $(FUZZ)/CMakeCache.txt
+build-fuzz: setup web $(FUZZ)/CMakeCache.txt
 	cmake --build $(FUZZ) --target fuzzers -j $(JOBS)
 
 # Every suite in the debug build, the unit suites again under ASan + UBSan, and a
