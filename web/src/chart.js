@@ -6,30 +6,12 @@
 // or "Full range" goes back.
 import uPlot from "./vendor/uPlot.esm.js";
 import * as api from "./api.js";
-import { el, clear, num } from "./dom.js";
+import { el, clear } from "./dom.js";
+import { axisLabel, num } from "./format.js";
+
+export { axisLabel };
 
 const PALETTE = ["#2f6fdf", "#d9480f", "#2b8a3e", "#9c36b5", "#c92a2a", "#0b7285", "#e67700", "#5c940d", "#862e9c", "#364fc7"];
-
-const KNOWN = {
-  loss: "loss",
-  "eval/loss": "eval loss",
-  grad_norm: "gradient norm (L2)",
-  lr: "learning rate",
-  step_time_s: "step time (s)",
-  tokens_per_s: "throughput (tokens/s)",
-  samples_per_s: "throughput (samples/s)",
-  data_wait_s: "data wait (s)",
-  mfu: "MFU (fraction)",
-};
-
-// The y-axis label of a metric key, with its unit when the key says it.
-export function axisLabel(key) {
-  if (KNOWN[key]) return KNOWN[key];
-  const m = /^(.*?)(?:[_/](s|ms|bytes|pct|per_s))$/.exec(key);
-  if (!m) return `${key} (value)`;
-  const unit = { s: "s", ms: "ms", bytes: "bytes", pct: "%", per_s: "per s" }[m[2]];
-  return `${m[1].replace(/_/g, " ")} (${unit})`;
-}
 
 function value(v) {
   return typeof v === "number" ? v : null;  // "NaN", "Infinity" -> a gap (counted below)
@@ -40,7 +22,8 @@ function withAlpha(hex, a) {
   return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
 }
 
-// runs: [{id, name}]; returns {node, refresh(), destroy()}.
+// runs: [{id, name, keys (Set of the keys it logged; optional)}]; returns
+// {node, load(), refresh(), destroy()}.
 export function metricChart(key, runs, { signal, onFirstDraw } = {}) {
   const box = el("figure.chart", { dataset: { testid: `chart-${key}`, key } });
   const caption = el("figcaption", {}, el("strong", {}, axisLabel(key)), el("span.muted", {}, " vs step · line: last value per bucket, band: min–max"));
@@ -65,10 +48,11 @@ export function metricChart(key, runs, { signal, onFirstDraw } = {}) {
     const q = (id) => `runs/${id}/metrics/${encodeURIComponent(key)}${api.query({ buckets, from: r ? Math.floor(r[0]) : "", to: r ? Math.ceil(r[1]) : "" })}`;
     let results;
     try {
-      results = await Promise.all(runs.map((run) => api.get(q(run.id), { signal }).catch((e) => {
+      // A run that never logged the key is not asked (run.keys, when known).
+      results = await Promise.all(runs.map((run) => (run.keys && !run.keys.has(key) ? null : api.get(q(run.id), { signal }).catch((e) => {
         if (e.status === 404) return null;  // this run never logged the key
         throw e;
-      })));
+      }))));
     } catch (e) {
       if (e.name !== "AbortError") status.textContent = `Could not load ${key}: ${e.message}`;
       return;

@@ -1,5 +1,8 @@
-// Small DOM and formatting helpers. Every text from the API goes in through
-// textContent (never innerHTML), so a job name cannot inject markup.
+// Small DOM helpers. Every text from the API goes in through textContent (never
+// innerHTML), so a job name cannot inject markup. The formatters are in format.js.
+import { duration } from "./format.js";
+
+export { duration, num, bytes } from "./format.js";
 
 // el("tag.class#id", {attr: value, onclick: fn, dataset: {...}}, children...)
 export function el(spec, attrs = {}, ...children) {
@@ -34,27 +37,6 @@ export function clear(node) {
   return node;
 }
 
-const units = [
-  ["y", 365 * 86400e3], ["d", 86400e3], ["h", 3600e3], ["m", 60e3], ["s", 1e3],
-];
-
-// "3m 20s" style, two units at most.
-export function duration(ms) {
-  if (ms === null || ms === undefined || !isFinite(ms)) return "–";
-  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
-  const parts = [];
-  let left = ms;
-  for (const [u, size] of units) {
-    if (left >= size || parts.length) {
-      const n = Math.floor(left / size);
-      left -= n * size;
-      if (n || parts.length) parts.push(`${n}${u}`);
-      if (parts.length === 2) break;
-    }
-  }
-  return parts.join(" ");
-}
-
 // A time shown relative ("5m ago"), with the absolute time on hover.
 export function when(ms, now = Date.now()) {
   if (!ms) return el("span.muted", {}, "–");
@@ -62,23 +44,6 @@ export function when(ms, now = Date.now()) {
   const delta = now - ms;
   const text = delta >= 0 ? `${duration(delta)} ago` : `in ${duration(-delta)}`;
   return el("time", { datetime: d.toISOString(), title: d.toLocaleString() }, text);
-}
-
-export function num(x, digits = 3) {
-  if (x === null || x === undefined) return "–";
-  if (typeof x === "string") return x;  // "NaN", "Infinity" from the API
-  if (!isFinite(x)) return String(x);
-  const a = Math.abs(x);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return x.toExponential(digits - 1);
-  return Number.isInteger(x) ? x.toLocaleString() : Number(x.toPrecision(digits + 1)).toString();
-}
-
-export function bytes(n) {
-  if (n === null || n === undefined) return "–";
-  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-  return `${n.toFixed(i ? 1 : 0)} ${u[i]}`;
 }
 
 export function stateBadge(state) {

@@ -82,14 +82,29 @@ try {
   await step("a job submitted through the API appears in the jobs table", async () => {
     await page.goto(`${cluster.url}/#/jobs`);
     await page.locator("#jobs-table, .notice.empty").first().waitFor();
+    // The example trainer, longer, and with a (simulated) GPU per rank so that the
+    // cluster page has GPUs to show as busy.
     const spec = readFileSync(join(repo, "examples/trainer/job.yaml"), "utf8")
-      .replace(/"--steps", "2000"/, '"--steps", "100000"');
+      .replace(/"--steps", "2000"/, '"--steps", "100000"')
+      .replace("resources: {cpus: 1, memory: 1Gi}", "resources: {cpus: 1, memory: 1Gi, gpus: 1}");
+    assert.match(spec, /gpus: 1/);
     job = (await cluster.api("POST", "jobs", spec, "application/yaml")).id;
     const row = page.locator(`#jobs-table tr[data-job-id="${job}"]`);
     await row.waitFor();  // live update, no reload
     assert.match(await row.textContent(), /example-trainer/);
     await until(async () => (await row.getAttribute("data-state")) === "Running", 30000, "the job Running in the table");
     await shot("jobs");
+  });
+
+  await step("the cluster page shows which job each busy GPU runs", async () => {
+    await page.goto(`${cluster.url}/#/cluster`);
+    const busy = page.locator(`.gpu.busy[data-job="${job}"]`);
+    await until(async () => (await busy.count()) === 2, 20000, "2 GPUs busy with the job");
+    assert.match(await busy.first().getAttribute("title"), new RegExp(`job ${job} example-trainer`));
+    await page.selectOption("#color-mode", "util");  // telemetry colouring: no GPU left without a class
+    assert.equal(await page.locator(".gpu.busy").count(), 0);
+    assert.equal(await page.locator('[data-testid="node-card"] .gpu').count(), 8);
+    await shot("cluster-busy");
   });
 
   await step("the job page shows its attempts, ranks and live logs", async () => {
@@ -112,6 +127,17 @@ try {
     const label = await page.locator('[data-testid="chart-loss"] figcaption').textContent();
     assert.match(label, /loss/);
     await shot("run");
+    // Zoom: a drag across the middle of the plot fetches that range of steps again.
+    const over = page.locator('[data-testid="chart-loss"] .u-over');
+    const box = await over.boundingBox();
+    await page.mouse.move(box.x + box.width * 0.3, box.y + box.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2, { steps: 5 });
+    await page.mouse.up();
+    const status = page.locator('[data-testid="chart-loss"] .chart-status');
+    await until(async () => /steps \d/.test(await status.textContent()), 10000, "the zoomed range fetched");
+    await page.click('[data-testid="chart-loss"] button:has-text("Full range")');
+    await until(async () => !/steps \d/.test(await status.textContent()), 10000, "the full range again");
   });
 
   await step("a diagnose verdict appears for an injected fault", async () => {

@@ -65,7 +65,7 @@ async function mountCharts(root, route, ctx, ids) {
     Promise.all(ids.map((id) => api.get(`runs/${id}`, { signal: ctx.signal }))),
     Promise.all(ids.map((id) => api.get(`runs/${id}/metrics`, { signal: ctx.signal }))),
   ]);
-  const runs = records.map((r) => ({ id: r.id, name: r.name, state: r.state }));
+  const runs = records.map((r, i) => ({ id: r.id, name: r.name, state: r.state, keys: new Set(lists[i].series.map((x) => x.key)) }));
   const keys = [...new Set(lists.flatMap((l) => l.series.map((s) => s.key)))];
   const first = FIRST.filter((k) => keys.includes(k));
   const rest = keys.filter((k) => !first.includes(k)).sort();
