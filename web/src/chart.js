@@ -7,7 +7,7 @@
 import uPlot from "./vendor/uPlot.esm.js";
 import * as api from "./api.js";
 import { el, clear } from "./dom.js";
-import { axisLabel, num } from "./format.js";
+import { axisLabel, num, tick } from "./format.js";
 
 export { axisLabel };
 
@@ -109,7 +109,7 @@ export function metricChart(key, runs, { signal, onFirstDraw } = {}) {
       width: width(),
       height: 260,
       scales: { x: { time: false } },
-      axes: [axis("step", 40), { ...axis(axisLabel(key), 70), values: (u, vals) => vals.map((v) => num(v, 2)) }],
+      axes: [{ ...axis("step", 40), values: (u, vals) => vals.map(tick) }, { ...axis(axisLabel(key), 70), values: (u, vals) => vals.map(tick) }],
       series,
       bands,
       cursor: { drag: { x: true, y: false, setScale: true }, bind: {

@@ -31,6 +31,14 @@ export function num(x, digits = 3) {
   return Number.isInteger(x) ? x.toLocaleString() : Number(x.toPrecision(digits + 1)).toString();
 }
 
+const compact = new Intl.NumberFormat("en", { notation: "compact", maximumFractionDigits: 2 });
+
+// Axis ticks: 3.5M rather than 3,500,000, so that ticks do not run into each other.
+export function tick(x) {
+  if (x === null || x === undefined) return "";
+  return Math.abs(x) >= 1e4 ? compact.format(x) : num(x, 2);
+}
+
 export function bytes(n) {
   if (n === null || n === undefined) return "–";
   const u = ["B", "KiB", "MiB", "GiB", "TiB"];

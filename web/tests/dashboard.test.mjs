@@ -232,4 +232,29 @@ async function scaleFigures(browser, cluster, out) {
   console.log(`     jobs page, 100,001 jobs (${rowsShown} rows shown): first render ${jobsT.map((t) => t.toFixed(0)).join(", ")} ms; median ${jobsT[2].toFixed(0)} ms`);
   const runT = await measure(`#/runs?ids=${run}&keys=loss`, "trainyard:chart-rendered", '[data-testid="chart-loss"][data-rendered="true"]');
   console.log(`     run page, 10,000,000-point loss: first render ${runT.map((t) => t.toFixed(0)).join(", ")} ms; median ${runT[2].toFixed(0)} ms`);
+  // Zooming into the 10M points: a drag, then the range fetched and drawn again.
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  await ctx.addInitScript((t) => localStorage.setItem("trainyard.token", t), cluster.token);
+  const p = await ctx.newPage();
+  await p.goto(`${cluster.url}/#/runs?ids=${run}&keys=loss`);
+  await p.locator('[data-testid="chart-loss"][data-rendered="true"]').waitFor();
+  const over = p.locator('[data-testid="chart-loss"] .u-over');
+  const status = p.locator('[data-testid="chart-loss"] .chart-status');
+  const zooms = [];
+  for (const [a, b] of [[0.2, 0.6], [0.3, 0.7], [0.1, 0.9], [0.4, 0.5], [0.25, 0.75]]) {
+    await p.click('[data-testid="chart-loss"] button:has-text("Full range")');
+    await until(async () => !/steps \d/.test(await status.textContent()), 10000, "the full range");
+    const box = await over.boundingBox();
+    await p.mouse.move(box.x + box.width * a, box.y + box.height / 2);
+    await p.mouse.down();
+    await p.mouse.move(box.x + box.width * b, box.y + box.height / 2, { steps: 3 });
+    const t0 = Date.now();
+    await p.mouse.up();
+    await until(async () => /steps \d/.test(await status.textContent()), 10000, "the zoomed range");
+    zooms.push(Date.now() - t0);
+  }
+  await p.screenshot({ path: join(out, "scale-zoomed.png") });
+  await ctx.close();
+  zooms.sort((x, y) => x - y);
+  console.log(`     zoom into the 10,000,000-point loss (fetch + redraw, 120 ms debounce included): ${zooms.join(", ")} ms; median ${zooms[2]} ms`);
 }

@@ -2,7 +2,7 @@
 //   node --test web/tests/format.test.mjs
 import { test } from "node:test";
 import { strict as assert } from "node:assert";
-import { duration, num, bytes, axisLabel } from "../src/format.js";
+import { duration, num, bytes, axisLabel, tick } from "../src/format.js";
 
 test("durations read as at most two units", () => {
   assert.equal(duration(0), "0 ms");
@@ -42,4 +42,12 @@ test("every chart axis says its unit", () => {
   assert.equal(axisLabel("images_per_s"), "images (per s)");
   assert.equal(axisLabel("gpu_util_pct"), "gpu util (%)");
   assert.equal(axisLabel("accuracy"), "accuracy (value)");
+});
+
+test("axis ticks are compact past ten thousand", () => {
+  assert.equal(tick(3500000), "3.5M");
+  assert.equal(tick(12000), "12K");
+  assert.equal(tick(250), "250");
+  assert.equal(tick(0.05), "0.05");
+  assert.equal(tick(null), "");
 });

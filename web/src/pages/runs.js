@@ -72,7 +72,7 @@ async function mountCharts(root, route, ctx, ids) {
   const shown = new Set(route.params.get("keys") ? route.params.get("keys").split(",").filter((k) => keys.includes(k)) : first.length ? first : rest.slice(0, 4));
 
   root.append(el("div.heading", {},
-    el("h1", {}, ids.length === 1 ? `Run ${ids[0]} ` : `${ids.length} runs `, el("span.muted", {}, runs.map((r) => `${r.id} ${r.name}`).join(" · "))),
+    el("h1", {}, ids.length === 1 ? `Run ${ids[0]} ` : `${ids.length} runs `, el("span.muted", {}, ids.length === 1 ? runs[0].name : runs.map((r) => `${r.id} ${r.name}`).join(" · "))),
     el("div.actions", {}, ids.length === 1 ? el("a.button", { href: `#/jobs/${ids[0]}` }, "Job") : null, el("a.button", { href: "#/runs" }, "All runs"))));
   const picker = el("fieldset.keys", {}, el("legend", {}, "Metrics"), keys.map((k) => el("label.inline", {},
     el("input", { type: "checkbox", checked: shown.has(k), onchange: (e) => {
