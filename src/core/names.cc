@@ -41,6 +41,12 @@ size_t FirstInvalidUtf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+std::string_view TrimBlanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 bool IsValidUtf8(std::string_view s) { return FirstInvalidUtf8(s) == std::string_view::npos; }
 
 std::string QuoteForMessage(std::string_view value) {

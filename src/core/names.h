@@ -24,6 +24,10 @@ size_t EditDistance(std::string_view a, std::string_view b);
 // The candidate closest to `word` (distance <= 2, or a prefix match); empty if none.
 std::string ClosestMatch(std::string_view word, const std::vector<std::string_view>& candidates);
 
+// `s` without its leading and trailing spaces and tabs (HTTP's optional whitespace,
+// CSV fields).
+std::string_view TrimBlanks(std::string_view s);
+
 // True when `s` is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool IsValidUtf8(std::string_view s);
 // Byte offset of the first malformed UTF-8 sequence, or npos.

@@ -8,14 +8,10 @@
 #include <memory>
 #include <stdexcept>
 
+#include "core/names.h"
+
 namespace trainyard::http {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool EqualsNoCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -28,10 +24,10 @@ bool EqualsNoCase(std::string_view a, std::string_view b) {
 double QValue(std::string_view params) {
   while (!params.empty()) {
     size_t semi = params.find(';');
-    std::string_view p = Trim(params.substr(0, semi));
+    std::string_view p = TrimBlanks(params.substr(0, semi));
     params = semi == std::string_view::npos ? std::string_view() : params.substr(semi + 1);
     if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-      std::string_view v = Trim(p.substr(2));
+      std::string_view v = TrimBlanks(p.substr(2));
       // 0, 0., 0.0, 0.00, 0.000 are zero; anything else a client sends is not.
       return v.find_first_not_of("0.") == std::string_view::npos && !v.empty() ? 0.0 : 1.0;
     }
@@ -49,7 +45,7 @@ bool AcceptsGzip(std::string_view accept_encoding) {
     accept_encoding =
         comma == std::string_view::npos ? std::string_view() : accept_encoding.substr(comma + 1);
     size_t semi = element.find(';');
-    std::string_view coding = Trim(element.substr(0, semi));
+    std::string_view coding = TrimBlanks(element.substr(0, semi));
     const double q = semi == std::string_view::npos ? 1.0 : QValue(element.substr(semi + 1));
     if (EqualsNoCase(coding, "gzip") || EqualsNoCase(coding, "x-gzip")) {
       gzip_named = true;
@@ -62,7 +58,7 @@ bool AcceptsGzip(std::string_view accept_encoding) {
 }
 
 bool IsCompressible(std::string_view content_type) {
-  std::string_view t = Trim(content_type.substr(0, content_type.find(';')));
+  std::string_view t = TrimBlanks(content_type.substr(0, content_type.find(';')));
   return t.starts_with("text/") || t == "application/json" || t == "application/javascript" ||
          t == "image/svg+xml" || t == "application/xml";
 }

@@ -9,12 +9,6 @@
 namespace trainyard::sim {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 std::string Join(const std::vector<std::string_view>& v) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -128,7 +122,7 @@ bool CsvFile::SplitLine(std::string_view line, std::vector<std::string>& cells,
     } else {
       size_t comma = line.find(',', i);
       std::string_view raw = line.substr(i, comma == std::string_view::npos ? comma : comma - i);
-      cell.assign(Trim(raw));
+      cell.assign(TrimBlanks(raw));
       i = comma == std::string_view::npos ? line.size() : comma;
     }
     if (i >= line.size()) break;
@@ -146,7 +140,7 @@ Result<bool> CsvFile::Next() {
     pos_ = end + 1;
     line_ = next_line_++;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    std::string_view trimmed = Trim(line);
+    std::string_view trimmed = TrimBlanks(line);
     if (trimmed.empty()) continue;
     if (comments_ && trimmed.front() == '#') continue;
     std::string error;
