@@ -101,6 +101,13 @@ try {
     const busy = page.locator(`.gpu.busy[data-job="${job}"]`);
     await until(async () => (await busy.count()) === 2, 20000, "2 GPUs busy with the job");
     assert.match(await busy.first().getAttribute("title"), new RegExp(`job ${job} example-trainer`));
+    // An admin cordons a node and uncordons it from its card.
+    const card = page.locator('[data-testid="node-card"][data-node="node-1"]');
+    await card.locator('button:has-text("cordon")').first().click();
+    await page.locator('[data-testid="node-card"][data-node="node-1"][data-state="Cordoned"]').waitFor();
+    assert.equal((await cluster.api("GET", "nodes/node-1")).state, "Cordoned");
+    await page.locator('[data-testid="node-card"][data-node="node-1"] button:has-text("uncordon")').click();
+    await page.locator('[data-testid="node-card"][data-node="node-1"][data-state="Ready"]').waitFor();
     await page.selectOption("#color-mode", "util");  // telemetry colouring: no GPU left without a class
     assert.equal(await page.locator(".gpu.busy").count(), 0);
     assert.equal(await page.locator('[data-testid="node-card"] .gpu').count(), 8);
