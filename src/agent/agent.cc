@@ -79,18 +79,28 @@ Agent::Agent(AgentOptions options, std::unique_ptr<GpuBackend> gpus)
     : options_(std::move(options)),
       gpus_(std::move(gpus)),
       heartbeat_interval_(options_.heartbeat_interval) {
-  client_ = std::make_unique<httplib::Client>(options_.server_url);
-  client_->set_connection_timeout(std::chrono::seconds(2));
-  client_->set_read_timeout(std::chrono::seconds(10));
-  client_->set_write_timeout(std::chrono::seconds(10));
-  client_->set_tcp_nodelay(true);  // else a request's body waits for a delayed ACK
-  http::VerifyServer(*client_, options_.ca_cert);
-  poll_client_ = std::make_unique<httplib::Client>(options_.server_url);
-  poll_client_->set_connection_timeout(std::chrono::seconds(2));
-  poll_client_->set_read_timeout(options_.poll_wait + std::chrono::seconds(10));
-  poll_client_->set_write_timeout(std::chrono::seconds(10));
-  poll_client_->set_tcp_nodelay(true);
-  http::VerifyServer(*poll_client_, options_.ca_cert);
+  for (size_t pos = 0; pos <= options_.server_url.size();) {
+    size_t comma = options_.server_url.find(',', pos);
+    if (comma == std::string::npos) comma = options_.server_url.size();
+    std::string url = options_.server_url.substr(pos, comma - pos);
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    if (!url.empty()) servers_.push_back(std::move(url));
+    pos = comma + 1;
+  }
+  if (servers_.empty()) servers_.push_back(options_.server_url);
+  client_ = MakeClient(servers_[0], false);
+  poll_client_ = MakeClient(servers_[0], true);
+}
+
+std::unique_ptr<httplib::Client> Agent::MakeClient(const std::string& url, bool poll) const {
+  auto c = std::make_unique<httplib::Client>(url);
+  c->set_connection_timeout(std::chrono::seconds(2));
+  c->set_read_timeout(poll ? options_.poll_wait + std::chrono::seconds(10)
+                           : std::chrono::seconds(10));
+  c->set_write_timeout(std::chrono::seconds(10));
+  c->set_tcp_nodelay(true);  // else a request's body waits for a delayed ACK
+  http::VerifyServer(*c, options_.ca_cert);
+  return c;
 }
 
 Agent::~Agent() = default;
@@ -110,12 +120,29 @@ Duration Agent::Backoff(int failures) const {
   return std::min(d, options_.max_backoff);
 }
 
-Agent::HttpReply Agent::Post(httplib::Client& client, const std::string& path, const json& body) {
+Agent::HttpReply Agent::Post(bool poll, const std::string& path, const json& body) {
+  const size_t at = server_.load();
+  httplib::Client* client = nullptr;
+  if (poll) {
+    std::lock_guard lock(poll_client_mu_);
+    if (poll_client_for_ != at) {
+      poll_client_ = MakeClient(servers_[at], true);
+      poll_client_for_ = at;
+    }
+    client = poll_client_.get();  // replaced only by this thread
+  } else {
+    if (client_for_ != at) {
+      client_ = MakeClient(servers_[at], false);
+      client_for_ = at;
+    }
+    client = client_.get();
+  }
   httplib::Headers headers = {{"Authorization", "Bearer " + options_.join_token}};
-  auto res = client.Post(path, headers, Dump(body), "application/json");
+  auto res = client->Post(path, headers, Dump(body), "application/json");
   HttpReply reply;
   if (!res) {
-    reply.error = "no answer (" + http::DescribeError(res, client) + ")";
+    reply.error = "no answer (" + http::DescribeError(res, *client) + ")";
+    FailOver(at, reply);
     return reply;
   }
   reply.status = res->status;
@@ -126,7 +153,27 @@ Agent::HttpReply Agent::Post(httplib::Client& client, const std::string& path, c
   } else if (reply.status != 200) {
     reply.error = "HTTP " + std::to_string(reply.status);
   }
+  if (reply.status == 503 && reply.body.is_object() && reply.body.value("standby", false)) {
+    FailOver(at, reply);
+  }
   return reply;
+}
+
+void Agent::FailOver(size_t from, const HttpReply& reply) {
+  if (servers_.size() < 2) return;
+  size_t to = (from + 1) % servers_.size();
+  if (auto it = reply.body.find("leader");
+      reply.body.is_object() && it != reply.body.end() && it->is_string()) {
+    std::string leader = it->get<std::string>();
+    while (!leader.empty() && leader.back() == '/') leader.pop_back();
+    auto named = std::find(servers_.begin(), servers_.end(), leader);
+    if (named != servers_.end()) to = static_cast<size_t>(named - servers_.begin());
+  }
+  if (to == from) return;
+  size_t expected = from;
+  if (server_.compare_exchange_strong(expected, to)) {
+    Log("server " + servers_[from] + ": " + reply.error + "; now talking to " + servers_[to]);
+  }
 }
 
 json Agent::TaskList(bool unacked_only) const {
@@ -252,7 +299,10 @@ Status Agent::Run() {
     std::unique_lock lock(mu_);
     if (poll_done_) break;
     lock.unlock();
-    poll_client_->stop();
+    {
+      std::lock_guard client_lock(poll_client_mu_);
+      poll_client_->stop();
+    }
     lock.lock();
     cv_.wait_for(lock, milliseconds(20), [this] { return poll_done_; });
   }
@@ -283,7 +333,7 @@ Status Agent::Register() {
     std::lock_guard lock(mu_);
     body["tasks"] = TaskList(/*unacked_only=*/true);
   }
-  HttpReply reply = Post(*client_, "/api/v1/agent/register", body);
+  HttpReply reply = Post(false, "/api/v1/agent/register", body);
   Timestamp now = Now();
   if (reply.status == 200) {
     std::lock_guard lock(mu_);
@@ -320,7 +370,7 @@ Status Agent::Register() {
   ++failures_;
   next_attempt_ = now + Backoff(failures_);
   if (!unreachable_logged_) {
-    Log("register: " + options_.server_url + ": " + reply.error + "; retrying (backoff up to " +
+    Log("register: " + CurrentServer() + ": " + reply.error + "; retrying (backoff up to " +
         FormatDuration(options_.max_backoff) + ")");
     unreachable_logged_ = true;
   }
@@ -354,7 +404,7 @@ void Agent::Heartbeat() {
     for (const Fault& f : faults_) ids.push_back(f.id);
     body["faults"] = ids;
   }
-  HttpReply reply = Post(*client_, "/api/v1/agent/heartbeat", body);
+  HttpReply reply = Post(false, "/api/v1/agent/heartbeat", body);
   std::lock_guard lock(mu_);
   next_heartbeat_ = now + heartbeat_interval_;
   if (reply.status == 200) {
@@ -381,7 +431,7 @@ void Agent::Heartbeat() {
   ++failures_;
   next_attempt_ = now + Backoff(failures_);
   if (!unreachable_logged_) {
-    Log("heartbeat: " + options_.server_url + ": " + reply.error +
+    Log("heartbeat: " + CurrentServer() + ": " + reply.error +
         "; tasks keep running; retrying (backoff up to " + FormatDuration(options_.max_backoff) +
         ")");
     unreachable_logged_ = true;
@@ -717,7 +767,7 @@ void Agent::Ship(bool force) {
     ++failures_;
     next_attempt_ = now + Backoff(failures_);
     if (!unreachable_logged_) {
-      Log(what + ": " + options_.server_url + ": " + reply.error + "; retrying");
+      Log(what + ": " + CurrentServer() + ": " + reply.error + "; retrying");
       unreachable_logged_ = true;
     }
   };
@@ -731,7 +781,7 @@ void Agent::Ship(bool force) {
                    {"task_id", w.id},
                    {"offset", w.log_offset},
                    {"data_b64", Base64Encode(*chunk)}};
-      HttpReply reply = Post(*client_, "/api/v1/agent/logs", body);
+      HttpReply reply = Post(false, "/api/v1/agent/logs", body);
       if (reply.status == 0 || reply.status == 404 || reply.status >= 500) {
         fail(reply, "logs");
         return;
@@ -761,7 +811,7 @@ void Agent::Ship(bool force) {
                      {"offset", batch->offset},
                      {"end_offset", batch->end_offset},
                      {"lines", batch->lines}};
-        HttpReply reply = Post(*client_, "/api/v1/agent/metrics", body);
+        HttpReply reply = Post(false, "/api/v1/agent/metrics", body);
         if (reply.status == 0 || reply.status == 404 || reply.status >= 500) {
           fail(reply, "metrics");
           return;
@@ -864,7 +914,7 @@ std::optional<Agent::HttpReply> Agent::ShipProfiles(const std::string& task_id, 
       if (u.status == "failed") body["message"] = u.message;
       ++chunks;  // a status is small, but it counts: the loop always ends
     }
-    HttpReply reply = Post(*client_, "/api/v1/agent/profile", body);
+    HttpReply reply = Post(false, "/api/v1/agent/profile", body);
     if (reply.status == 0 || reply.status >= 500) return reply;
     bool done = true;
     if (reply.status == 200 && body.contains("data_b64")) {
@@ -934,7 +984,7 @@ void Agent::PollLoop() {
     }
     json body = {{"node", options_.node_name},
                  {"wait_ms", std::chrono::duration_cast<milliseconds>(options_.poll_wait).count()}};
-    HttpReply reply = Post(*poll_client_, "/api/v1/agent/poll", body);
+    HttpReply reply = Post(true, "/api/v1/agent/poll", body);
     std::unique_lock lock(mu_);
     if (stopping_) break;
     if (reply.status == 200) {

@@ -57,7 +57,10 @@ class Client;
 namespace trainyard::agent {
 
 struct AgentOptions {
-  std::string server_url;  // "http://host:port" or "https://host:port"
+  // "http://host:port" or "https://host:port"; several, comma-separated, for a control
+  // plane with standbys (docs/ha.md): the agent talks to one at a time and moves to the
+  // next when it does not answer, or to the leader a standby names.
+  std::string server_url;
   // For https: the PEM certificates the server's certificate must chain to (a CA's, or
   // the server's own); empty: the system's store. Never unverified (docs/tls.md).
   std::string ca_cert;
@@ -151,7 +154,15 @@ class Agent {
     std::string error;
   };
 
-  HttpReply Post(httplib::Client& client, const std::string& path, const nlohmann::json& body);
+  // POSTs to the server every thread talks to now: with the main loop's client, or the
+  // poll thread's (`poll`). A server that does not answer, or a standby (503 with
+  // "standby"), makes the agent move on (FailOver).
+  HttpReply Post(bool poll, const std::string& path, const nlohmann::json& body);
+  std::unique_ptr<httplib::Client> MakeClient(const std::string& url, bool poll) const;
+  // From servers_[from] (which gave `reply`) to the leader a standby named, if it is one
+  // of servers_, else to the next one; once, however many threads saw the failure.
+  void FailOver(size_t from, const HttpReply& reply);
+  std::string CurrentServer() const { return servers_[server_.load()]; }
   Timestamp Now() const;
   void Log(const std::string& line) const;
   Duration Backoff(int failures) const;
@@ -184,8 +195,15 @@ class Agent {
   const AgentOptions options_;
   const std::unique_ptr<GpuBackend> gpus_;
   std::vector<GpuDevice> devices_;
-  std::unique_ptr<httplib::Client> client_;       // main loop only
-  std::unique_ptr<httplib::Client> poll_client_;  // poll thread only
+  std::vector<std::string> servers_;         // options_.server_url, split at commas
+  std::atomic<size_t> server_{0};            // the index in servers_ every thread talks to now
+  std::unique_ptr<httplib::Client> client_;  // main loop only; for servers_[client_for_]
+  size_t client_for_ = 0;
+  // The poll thread's client, for servers_[poll_client_for_]; the mutex lets Shutdown
+  // cut a long poll while the poll thread may be replacing the client.
+  std::mutex poll_client_mu_;
+  std::unique_ptr<httplib::Client> poll_client_;
+  size_t poll_client_for_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -75,6 +75,13 @@ class FakeServer {
     stop_on_register_ = std::move(stop_on_register);
   }
 
+  // A standby control plane: every agent call gets 503 naming the leader (docs/ha.md);
+  // "" makes this server lead again.
+  void BeStandby(std::string leader) {
+    std::lock_guard lock(mu_);
+    standby_for_ = std::move(leader);
+  }
+
   std::vector<json> registers() {
     std::lock_guard lock(mu_);
     return registers_;
@@ -123,6 +130,14 @@ class FakeServer {
     res.set_content(body.dump(), "application/json");
   }
   bool Authorised(const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard lock(mu_);
+      if (!standby_for_.empty()) {
+        Reply(res, 503,
+              {{"error", "this server is a standby"}, {"standby", true}, {"leader", standby_for_}});
+        return false;
+      }
+    }
     if (req.get_header_value("Authorization") == "Bearer sesame") return true;
     Reply(res, 401, {{"error", "bad join token"}});
     return false;
@@ -222,6 +237,7 @@ class FakeServer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<std::string> known_;
+  std::string standby_for_;
   std::vector<std::string> stop_on_register_;
   std::deque<json> commands_;
   std::vector<json> registers_;
@@ -353,6 +369,25 @@ class AgentTest : public ::testing::Test {
   Status result_;
   std::atomic<int64_t> offset_ms_{0};
 };
+
+// Several servers: a standby names the leader and the agent goes there; when the leader
+// stops answering, the agent moves on to the next server and registers with it.
+TEST_F(AgentTest, FollowsTheLeaderAcrossSeveralServers) {
+  FakeServer standby;
+  standby.Start();
+  standby.BeStandby(server_.url() + "/");
+  AgentOptions o = Options();
+  o.server_url = standby.url() + "," + server_.url();
+  StartAgent(std::move(o));
+  ASSERT_TRUE(WaitUntil([&] { return !server_.registers().empty(); }));
+  EXPECT_TRUE(standby.registers().empty());
+  standby.BeStandby("");  // the standby leads from now on
+  server_.Stop();
+  ASSERT_TRUE(WaitUntil([&] { return !standby.registers().empty(); }));
+  EXPECT_EQ(standby.registers()[0]["node"]["name"], "node-1");
+  StopAgent();
+  standby.Stop();
+}
 
 TEST_F(AgentTest, RegistersRunsATaskReportsItsExitAndShipsItsOutput) {
   StartAgent(Options());

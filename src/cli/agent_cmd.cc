@@ -87,16 +87,28 @@ Result<Duration> DurationFlag(const char* flag, const std::string& text, Duratio
 
 Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) {
   agent::AgentOptions o;
-  if (f.server.rfind("http://", 0) != 0 && f.server.rfind("https://", 0) != 0) {
-    return InvalidArgument("--server: expected http://HOST:PORT or https://HOST:PORT, got " +
-                           QuoteForMessage(f.server));
+  // One URL, or several separated by commas (a leader and its standbys, docs/ha.md).
+  std::vector<std::string> urls;
+  for (size_t pos = 0; pos <= f.server.size();) {
+    size_t comma = f.server.find(',', pos);
+    if (comma == std::string::npos) comma = f.server.size();
+    std::string url = f.server.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
+      return InvalidArgument("--server: expected http://HOST:PORT or https://HOST:PORT" +
+                             std::string(urls.empty() && pos > f.server.size()
+                                             ? ""
+                                             : " (several separated by commas)") +
+                             ", got " + QuoteForMessage(url.empty() ? f.server : url));
+    }
+    if (UrlHost(url).empty()) {
+      return InvalidArgument("--server: no host in " + QuoteForMessage(url) +
+                             "; expected http://HOST:PORT");
+    }
+    while (url.size() > 1 && url.back() == '/') url.pop_back();
+    urls.push_back(std::move(url));
   }
-  if (UrlHost(f.server).empty()) {
-    return InvalidArgument("--server: no host in " + QuoteForMessage(f.server) +
-                           "; expected http://HOST:PORT");
-  }
-  o.server_url = f.server;
-  while (o.server_url.size() > 1 && o.server_url.back() == '/') o.server_url.pop_back();
+  for (const std::string& url : urls) o.server_url += (o.server_url.empty() ? "" : ",") + url;
   if (!f.ca_cert.empty()) {
     if (f.server.rfind("https://", 0) != 0) {
       return InvalidArgument("--ca-cert: verifies an https:// server, but --server is " +
@@ -143,7 +155,7 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
     }
     o.address = f.address;
   } else {
-    o.address = RouteAddressTo(UrlHost(o.server_url));
+    o.address = RouteAddressTo(UrlHost(urls.front()));
     if (o.address.empty()) o.address = "127.0.0.1";
   }
   TY_RETURN_IF_ERROR(ValidateName("--leaf", f.leaf));
@@ -272,7 +284,9 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
       "Run the node agent: register this machine with a server, run the tasks it assigns,\n"
       "report GPU telemetry, exits, logs and metrics. SIGINT/SIGTERM stop the tasks (SIGTERM,\n"
       "SIGKILL after --stop-grace) and exit. See docs/agent.md.");
-  cmd->add_option("--server", o->server, "Server URL, http://HOST:PORT or https://HOST:PORT")
+  cmd->add_option("--server", o->server,
+                  "Server URL, http://HOST:PORT or https://HOST:PORT; several separated by "
+                  "commas for a leader and its standbys (docs/ha.md)")
       ->required();
   cmd->add_option("--ca-cert", o->ca_cert,
                   "PEM file of the CA (or the server certificate) to verify an https:// server "
