@@ -62,8 +62,18 @@ class Api {
             dir + "/server.url)"};
       }
     }
-    while (!url.empty() && url.back() == '/') url.pop_back();
-    Api api(url, c.ca_cert);
+    // Several URLs, comma-separated: a leader and its standbys (docs/ha.md).
+    std::vector<std::string> urls;
+    for (size_t pos = 0; pos <= url.size();) {
+      size_t comma = url.find(',', pos);
+      if (comma == std::string::npos) comma = url.size();
+      std::string one = url.substr(pos, comma - pos);
+      pos = comma + 1;
+      while (!one.empty() && one.back() == '/') one.pop_back();
+      if (!one.empty()) urls.push_back(std::move(one));
+    }
+    if (urls.empty()) return Failure{"no server: the server URL is empty"};
+    Api api(std::move(urls), c.ca_cert);
     // The API token: TRAINYARD_TOKEN, else the file --token-file names, else the one
     // `trainyard up` / the server's first start wrote to DATA_DIR/token. Never a flag
     // value (it would show in `ps`).
@@ -82,21 +92,22 @@ class Api {
     while (!api.token_.empty() && std::isspace(static_cast<unsigned char>(api.token_.back()))) {
       api.token_.pop_back();
     }
-    if (!api.token_.empty()) {
-      api.client_->set_default_headers({{"Authorization", "Bearer " + api.token_}});
-    }
+    api.Connect(0);
     return api;
   }
 
   // The JSON body of a 2xx answer, or a Failure naming the problem.
   std::variant<json, Failure> Call(const std::string& method, const std::string& path,
                                    const std::string& body = "") {
-    httplib::Result res = method == "GET"      ? client_->Get(path.c_str())
-                          : method == "DELETE" ? client_->Delete(path.c_str())
-                          : method == "PATCH"
-                              ? client_->Patch(path.c_str(), body, "application/json")
-                          : method == "PUT" ? client_->Put(path.c_str(), body, "application/json")
-                                            : client_->Post(path.c_str(), body, "application/yaml");
+    auto send = [&] {
+      return method == "GET"      ? client_->Get(path.c_str())
+             : method == "DELETE" ? client_->Delete(path.c_str())
+             : method == "PATCH"  ? client_->Patch(path.c_str(), body, "application/json")
+             : method == "PUT"    ? client_->Put(path.c_str(), body, "application/json")
+                                  : client_->Post(path.c_str(), body, "application/yaml");
+    };
+    httplib::Result res = send();
+    for (size_t tries = 1; tries < urls_.size() && FollowLeader(res); ++tries) res = send();
     if (!res) {
       return Failure{"cannot reach the server at " + url_ + ": " +
                      http::DescribeError(res, *client_)};
@@ -111,6 +122,9 @@ class Api {
   // as Call gives.
   std::variant<std::string, Failure> Fetch(const std::string& path) {
     httplib::Result res = client_->Get(path.c_str());
+    for (size_t tries = 1; tries < urls_.size() && FollowLeader(res); ++tries) {
+      res = client_->Get(path.c_str());
+    }
     if (!res) {
       return Failure{"cannot reach the server at " + url_ + ": " +
                      http::DescribeError(res, *client_)};
@@ -122,14 +136,44 @@ class Api {
   httplib::Client& client() { return *client_; }
 
  private:
-  Api(std::string url, const std::string& ca_cert)
-      : url_(std::move(url)), client_(std::make_shared<httplib::Client>(url_)) {
-    http::VerifyServer(*client_, ca_cert);
+  Api(std::vector<std::string> urls, std::string ca_cert)
+      : urls_(std::move(urls)), ca_cert_(std::move(ca_cert)) {}
+
+  // Talks to urls_[at] from now on.
+  void Connect(size_t at) {
+    at_ = at;
+    url_ = urls_[at];
+    client_ = std::make_shared<httplib::Client>(url_);
+    http::VerifyServer(*client_, ca_cert_);
     client_->set_read_timeout(60, 0);
     client_->set_connection_timeout(5, 0);
     // The body follows the headers in a second write: without this it waits for the
     // server's delayed ACK (40 ms).
     client_->set_tcp_nodelay(true);
+    if (!token_.empty()) client_->set_default_headers({{"Authorization", "Bearer " + token_}});
+  }
+
+  // After an answer that says to try elsewhere, moves to the server to try next and
+  // returns true: no connection at all (nothing was sent, so even a submission is safe
+  // to send again), or a standby's 503, which names the leader (else the next URL).
+  bool FollowLeader(const httplib::Result& res) {
+    if (urls_.size() < 2) return false;
+    size_t next = (at_ + 1) % urls_.size();
+    if (!res) {
+      if (res.error() != httplib::Error::Connection) return false;
+    } else {
+      if (res->status != 503) return false;
+      json j = json::parse(res->body, nullptr, false);
+      if (!j.is_object() || !j.value("standby", false)) return false;
+      if (auto it = j.find("leader"); it != j.end() && it->is_string()) {
+        std::string leader = it->get<std::string>();
+        while (!leader.empty() && leader.back() == '/') leader.pop_back();
+        auto named = std::find(urls_.begin(), urls_.end(), leader);
+        if (named != urls_.end()) next = static_cast<size_t>(named - urls_.begin());
+      }
+    }
+    Connect(next);
+    return true;
   }
   Failure FailureOf(const httplib::Response& res) const {
     json j = json::parse(res.body, nullptr, false);
@@ -142,7 +186,10 @@ class Api {
     return Failure{msg, res.status == 400 || res.status == 413 ? kExitUsage : kExitFailure};
   }
 
-  std::string url_;
+  std::vector<std::string> urls_;  // the servers to try, in order
+  std::string ca_cert_;
+  size_t at_ = 0;
+  std::string url_;  // urls_[at_]
   std::shared_ptr<httplib::Client> client_;
   std::string token_;
 };
