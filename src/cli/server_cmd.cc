@@ -46,6 +46,7 @@ struct ServerFlags {
   std::string alert_webhook_ca;
   std::string alert_interval = "1s";
   std::string web_dir;  // the dashboard from here, read per request; empty: built in
+  std::string store;    // sqlite:PATH or postgres://...; empty: DATA_DIR/state.db
 };
 
 Status ParsePolicy(const std::string& text, sched::Policy& p) {
@@ -167,6 +168,8 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
     }
     o.web_dir = std::filesystem::absolute(f.web_dir).lexically_normal().string();
   }
+  TY_RETURN_IF_ERROR(server::ParseStoreUrl(f.store).status());
+  o.store = f.store;
   TY_RETURN_IF_ERROR(ParsePolicy(f.policy, o.policy));
   TY_ASSIGN_OR_RETURN(o.allowed_dirs, ParseAllowedDirs("--allowed-dirs", f.allowed_dirs));
   if (f.tls_cert.empty() != f.tls_key.empty()) {
@@ -228,6 +231,10 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
                   "PEM CA certificates for https webhooks (default: the system's)");
   cmd->add_option("--alert-interval", f.alert_interval, "How often the alert rules are evaluated")
       ->capture_default_str();
+  cmd->add_option("--store", f.store,
+                  "Where the state lives: sqlite:PATH (default DATA_DIR/state.db) or a "
+                  "PostgreSQL database, postgres://[USER@]HOST[:PORT]/DATABASE (libpq's URI; "
+                  "the password from ~/.pgpass or PGPASSWORD; docs/ha.md)");
   cmd->add_option("--web-dir", f.web_dir,
                   "Serve the dashboard from DIR (e.g. web/src; uPlot from DIR/../node_modules), "
                   "read on every request, instead of the copy built into the binary: for "

@@ -22,10 +22,12 @@
 #include <sstream>
 #include <vector>
 
+#include "core/names.h"
 #include "http/tls.h"
 #include "monitor/rules.h"
 #include "server/alerting.h"
 #include "server/api.h"
+#include "store/postgres_store.h"
 #include "store/sqlite_store.h"
 #include "track/series_store.h"
 
@@ -133,6 +135,31 @@ Result<std::string> LoadOrCreateJoinToken(const std::string& data_dir) {
   return token;
 }
 
+Result<StoreUrl> ParseStoreUrl(const std::string& text) {
+  StoreUrl out;
+  if (text.empty()) return out;
+  if (text.starts_with("sqlite:")) {
+    out.path = text.substr(7);
+    if (out.path.empty()) {
+      return InvalidArgument(
+          "--store: sqlite: needs a file, e.g. sqlite:/var/lib/trainyard/state.db");
+    }
+    return out;
+  }
+  if (text.starts_with("postgres://") || text.starts_with("postgresql://")) {
+    out.kind = StoreUrl::Kind::kPostgres;
+    out.conninfo = text;
+    return out;
+  }
+  // A value with '@' or "password" may carry a secret: say what is wrong without it.
+  const bool secret =
+      text.find('@') != std::string::npos || text.find("password") != std::string::npos;
+  return InvalidArgument(
+      "--store: expected sqlite:PATH or postgres://[USER@]HOST[:PORT]/DATABASE, got " +
+      (secret ? std::string("a value of another form (not shown: it may hold a password)")
+              : QuoteForMessage(text)));
+}
+
 Server::Server(ServerOptions options) : opt_(std::move(options)) {}
 
 Server::~Server() { Stop(); }
@@ -161,7 +188,13 @@ Status Server::Start() {
   if (token_.empty()) {
     TY_ASSIGN_OR_RETURN(token_, LoadOrCreateJoinToken(opt_.data_dir));
   }
-  TY_ASSIGN_OR_RETURN(store_, store::SqliteStore::Open(opt_.data_dir + "/state.db"));
+  TY_ASSIGN_OR_RETURN(StoreUrl where, ParseStoreUrl(opt_.store));
+  if (where.kind == StoreUrl::Kind::kPostgres) {
+    TY_ASSIGN_OR_RETURN(store_, store::PostgresStore::Open(where.conninfo));
+  } else {
+    TY_ASSIGN_OR_RETURN(store_, store::SqliteStore::Open(
+                                    where.path.empty() ? opt_.data_dir + "/state.db" : where.path));
+  }
   ClusterOptions copt;
   copt.policy = opt_.policy;
   copt.node_timeout = opt_.node_timeout;

@@ -76,7 +76,21 @@ struct ServerOptions {
   // The dashboard's files from this directory, read on every request, instead of the
   // copy built into the binary (ApiOptions::web_dir); empty: the built-in copy.
   std::string web_dir;
+  // Where the control plane's state lives (docs/ha.md): empty for SQLite at
+  // DATA_DIR/state.db, "sqlite:PATH", or a PostgreSQL database ("postgres://..." or
+  // "postgresql://..." URI, as libpq reads it). Checked by ParseStoreUrl.
+  std::string store;
 };
+
+// What --store names: "" / "sqlite:PATH" (SQLite; `path` empty for DATA_DIR/state.db)
+// or a PostgreSQL URI (postgres:// or postgresql://). InvalidArgument naming the value
+// and the forms that are valid otherwise.
+struct StoreUrl {
+  enum class Kind { kSqlite, kPostgres } kind = Kind::kSqlite;
+  std::string path;      // kSqlite
+  std::string conninfo;  // kPostgres: the URI as given
+};
+Result<StoreUrl> ParseStoreUrl(const std::string& text);
 
 class Server {
  public:

@@ -5,14 +5,12 @@
 #include <algorithm>
 #include <iterator>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <utility>
 
-#include "core/codec.h"
-#include "core/names.h"
 #include "store/commit.h"
+#include "store/documents.h"
 
 namespace trainyard::store {
 namespace {
@@ -174,35 +172,6 @@ std::optional<std::string> PrefixUpperBound(std::string prefix) {
   if (prefix.empty()) return std::nullopt;
   prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
   return prefix;
-}
-
-// Decodes a stored document; anything wrong with it is DataLoss naming the row.
-template <typename T>
-Result<T> DecodeDoc(std::string_view what, Result<T> (*from_json)(const nlohmann::json&),
-                    const std::string& doc) {
-  nlohmann::json j = nlohmann::json::parse(doc, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return DataLoss(std::string(what) + ": stored document is not valid JSON");
-  }
-  Result<T> value = from_json(j);
-  if (!value.ok()) {
-    return DataLoss(std::string(what) +
-                    ": stored document does not decode: " + value.status().message());
-  }
-  return value;
-}
-
-const std::vector<std::string>& NonTerminalStateNames() {
-  static const auto* names = [] {
-    auto* v = new std::vector<std::string>;
-    for (JobState s : {JobState::kPending, JobState::kAdmitted, JobState::kStarting,
-                       JobState::kRunning, JobState::kPreempting, JobState::kLost,
-                       JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
-      if (!IsTerminal(s)) v->emplace_back(JobStateName(s));
-    }
-    return v;
-  }();
-  return *names;
 }
 
 std::string Placeholders(size_t n) {
@@ -661,12 +630,7 @@ Result<std::vector<Job>> SqliteStore::QueryJobs(Statement& st, std::string_view 
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step(doing));
     if (!row) return jobs;
-    JobId id = st.Int(0);
-    std::string what = "job " + std::to_string(id);
-    TY_ASSIGN_OR_RETURN(Job job, DecodeDoc<Job>(what, JobFromJson, st.Text(1)));
-    if (job.id != id) {
-      return DataLoss(what + ": stored document has id " + std::to_string(job.id));
-    }
+    TY_ASSIGN_OR_RETURN(Job job, DecodeJobRow(st.Int(0), st.Text(1)));
     jobs.push_back(std::move(job));
   }
 }
@@ -791,7 +755,7 @@ Result<std::vector<Node>> SqliteStore::ReadNodes() {
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step("listing nodes"));
     if (!row) return out;
-    TY_ASSIGN_OR_RETURN(Node n, DecodeDoc<Node>("node " + st.Text(0), NodeFromJson, st.Text(1)));
+    TY_ASSIGN_OR_RETURN(Node n, DecodeNodeRow(st.Text(0), st.Text(1)));
     out.push_back(std::move(n));
   }
 }
@@ -802,8 +766,7 @@ Result<std::vector<Tenant>> SqliteStore::ReadTenants() {
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step("listing tenants"));
     if (!row) return out;
-    TY_ASSIGN_OR_RETURN(Tenant t,
-                        DecodeDoc<Tenant>("tenant " + st.Text(0), TenantFromJson, st.Text(1)));
+    TY_ASSIGN_OR_RETURN(Tenant t, DecodeTenantRow(st.Text(0), st.Text(1)));
     out.push_back(std::move(t));
   }
 }
@@ -815,8 +778,7 @@ Result<std::vector<Queue>> SqliteStore::ReadQueues() {
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step("listing queues"));
     if (!row) return out;
-    TY_ASSIGN_OR_RETURN(Queue q, DecodeDoc<Queue>("queue " + st.Text(0) + "/" + st.Text(1),
-                                                  QueueFromJson, st.Text(2)));
+    TY_ASSIGN_OR_RETURN(Queue q, DecodeQueueRow(st.Text(0), st.Text(1), st.Text(2)));
     out.push_back(std::move(q));
   }
 }
@@ -828,9 +790,7 @@ Result<std::vector<PriorityClass>> SqliteStore::ReadPriorityClasses() {
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step("listing priority classes"));
     if (!row) return out;
-    TY_ASSIGN_OR_RETURN(PriorityClass p,
-                        DecodeDoc<PriorityClass>("priority class " + st.Text(0),
-                                                 PriorityClassFromJson, st.Text(1)));
+    TY_ASSIGN_OR_RETURN(PriorityClass p, DecodePriorityClassRow(st.Text(0), st.Text(1)));
     out.push_back(std::move(p));
   }
 }
@@ -841,11 +801,7 @@ Result<std::vector<User>> SqliteStore::ReadUsers() {
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step("listing users"));
     if (!row) return out;
-    std::string what = "user " + st.Text(0);
-    TY_ASSIGN_OR_RETURN(User u, DecodeDoc<User>(what, UserFromJson, st.Text(1)));
-    if (u.name != st.Text(0)) {
-      return DataLoss(what + ": stored document has name " + QuoteForMessage(u.name));
-    }
+    TY_ASSIGN_OR_RETURN(User u, DecodeUserRow(st.Text(0), st.Text(1)));
     out.push_back(std::move(u));
   }
 }
@@ -856,11 +812,7 @@ Result<std::vector<ApiToken>> SqliteStore::ReadTokens() {
   while (true) {
     TY_ASSIGN_OR_RETURN(bool row, st.Step("listing tokens"));
     if (!row) return out;
-    std::string what = "token " + st.Text(0);
-    TY_ASSIGN_OR_RETURN(ApiToken t, DecodeDoc<ApiToken>(what, ApiTokenFromJson, st.Text(1)));
-    if (t.id != st.Text(0)) {
-      return DataLoss(what + ": stored document has id " + QuoteForMessage(t.id));
-    }
+    TY_ASSIGN_OR_RETURN(ApiToken t, DecodeTokenRow(st.Text(0), st.Text(1)));
     out.push_back(std::move(t));
   }
 }

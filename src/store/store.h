@@ -8,8 +8,10 @@
 // Writes are grouped in a WriteBatch and applied by Commit() in one transaction: all
 // of the batch or none of it. Reads return values decoded from what was committed.
 //
-// Implementations: SqliteStore (sqlite_store.h, WAL, the default) and MemoryStore
-// (memory_store.h, same semantics, no durability; for tests of upper layers).
+// Implementations: SqliteStore (sqlite_store.h, WAL, the default), PostgresStore
+// (postgres_store.h, a PostgreSQL database, so the state can outlive the host) and
+// MemoryStore (memory_store.h, same semantics, no durability; for tests of upper
+// layers).
 //
 // Thread-safety: every method may be called from any thread at any time; each call is
 // atomic (a reader never sees half of a batch) and calls are serialised in some order.
@@ -253,10 +255,11 @@ class Store {
   // One consistent snapshot of what a server needs on start (see StoredState).
   virtual Result<StoredState> LoadAll() = 0;
 
-  // The version of the stored schema: SqliteStore's migration level; 0 for a store
+  // The version of the stored schema: a SQL store's migration level; 0 for a store
   // without one (MemoryStore).
   virtual int SchemaVersion() const = 0;
-  // "sqlite:/var/lib/trainyard/state.db", "memory", for logs.
+  // "sqlite:/var/lib/trainyard/state.db", "postgres:dbname=trainyard host=db1",
+  // "memory", for logs.
   virtual std::string Describe() const = 0;
 };
 

@@ -1,4 +1,6 @@
-// One suite of Store behaviour, run against every implementation.
+// One suite of Store behaviour, run against every implementation. The PostgreSQL
+// instantiation runs on a throwaway server (postgres_testing.h), one fresh schema
+// per test; it skips when PostgreSQL is not installed, and fails then when $CI is set.
 
 #include "store/store.h"
 
@@ -14,6 +16,8 @@
 
 #include "core/names.h"
 #include "store/memory_store.h"
+#include "store/postgres_store.h"
+#include "store/postgres_testing.h"
 #include "store/sqlite_store.h"
 #include "store/testing.h"
 
@@ -31,7 +35,10 @@ using ::testing::Not;
 
 struct StoreKind {
   std::string name;
-  std::function<std::unique_ptr<Store>(const std::string& dir)> open;
+  // Opens a fresh, empty store at `where`: a temporary directory the test owns, or
+  // with `postgres`, the conninfo of a fresh schema (postgres_testing.h).
+  std::function<std::unique_ptr<Store>(const std::string& where)> open;
+  bool postgres = false;
 };
 
 void PrintTo(const StoreKind& kind, std::ostream* os) { *os << kind.name; }
@@ -42,9 +49,24 @@ std::unique_ptr<Store> OpenSqlite(const std::string& dir) {
   return std::move(store).value();
 }
 
+std::unique_ptr<Store> OpenPostgres(const std::string& conninfo) {
+  Result<std::unique_ptr<Store>> store = PostgresStore::Open(conninfo);
+  TY_CHECK_MSG(store.ok(), store.status().ToString());
+  return std::move(store).value();
+}
+
 class StoreTest : public ::testing::TestWithParam<StoreKind> {
  protected:
-  void SetUp() override { store_ = GetParam().open(dir_.path()); }
+  void SetUp() override {
+    if (!GetParam().postgres) {
+      store_ = GetParam().open(dir_.path());
+      return;
+    }
+    Result<std::unique_ptr<test::PostgresSchema>> schema = test::PostgresSchema::Create();
+    if (!schema.ok()) TRAINYARD_SKIP_OR_FAIL_WITHOUT_POSTGRES(schema.status());
+    schema_ = std::move(schema).value();
+    store_ = GetParam().open(schema_->conninfo());
+  }
 
   // Reserves ids and commits one Pending job per name, in order; returns their ids.
   std::vector<JobId> AddJobs(const std::vector<std::string>& names,
@@ -111,6 +133,7 @@ class StoreTest : public ::testing::TestWithParam<StoreKind> {
   }
 
   test::TempDir dir_;
+  std::unique_ptr<test::PostgresSchema> schema_;  // outlives store_
   std::unique_ptr<Store> store_;
 };
 
@@ -1055,6 +1078,7 @@ TEST_P(StoreTest, FailedBatchOfUsersTokensAndAuditLeavesNoTrace) {
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StoreTest,
     ::testing::Values(StoreKind{"Sqlite", OpenSqlite},
+                      StoreKind{"Postgres", OpenPostgres, /*postgres=*/true},
                       StoreKind{"Memory",
                                 [](const std::string&) -> std::unique_ptr<Store> {
                                   return std::make_unique<MemoryStore>();
