@@ -128,7 +128,17 @@ $$)sql",
     "CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log "
     "FOR EACH STATEMENT EXECUTE FUNCTION trainyard_append_only()",
 };
-constexpr std::span<const char* const> kMigrations[] = {kMigration1};
+// 2: the leadership lease (ClaimLeadership; docs/ha.md).
+constexpr const char* kMigration2[] = {
+    R"sql(CREATE TABLE leader_lease (
+  name TEXT COLLATE "C" PRIMARY KEY,
+  holder TEXT NOT NULL,
+  url TEXT NOT NULL,
+  token BIGINT NOT NULL,
+  expires_at TIMESTAMPTZ NOT NULL
+))sql",
+};
+constexpr std::span<const char* const> kMigrations[] = {kMigration1, kMigration2};
 static_assert(std::size(kMigrations) == PostgresStore::kSchemaVersion,
               "kSchemaVersion must equal the number of migrations");
 
@@ -732,6 +742,21 @@ Status PostgresStore::TryCommit(const PreparedBatch& batch, const std::string& t
   TY_RETURN_IF_ERROR(Exec("BEGIN", doing).status());
   Status s = [&]() -> Status {
     TY_ASSIGN_OR_RETURN(JobId next_job_id, NextJobId(kWriterLock));
+    if (const int64_t fence = fence_.load(); fence != 0) {
+      // FOR SHARE: a claim that would take the lease waits for this commit to end.
+      TY_ASSIGN_OR_RETURN(PgResult r,
+                          Exec("SELECT token FROM leader_lease WHERE name = 'leader' AND "
+                               "expires_at > now() FOR SHARE",
+                               "checking the leadership lease"));
+      if (Rows(r.get()) != 1 || Int(r.get(), 0, 0) != fence) {
+        return FailedPrecondition(
+            "fenced: this server no longer holds the leadership lease (its token " +
+            std::to_string(fence) +
+            (Rows(r.get()) == 1 ? " was superseded by " + std::to_string(Int(r.get(), 0, 0))
+                                : " expired") +
+            "); nothing of the batch was applied");
+      }
+    }
     Target target(*this, next_job_id);
     TY_RETURN_IF_ERROR(ApplyBatch(batch, target));
     return Exec(
@@ -786,6 +811,58 @@ Status PostgresStore::Commit(const WriteBatch& batch) {
                                 "be asked since, so the batch may or may not have been applied");
   }
   return s;
+}
+
+Result<PostgresStore::Lease> PostgresStore::ClaimLeadership(const std::string& self,
+                                                            const std::string& url, Duration ttl) {
+  if (self.empty() || !Storable(self) || !Storable(url)) {
+    return InvalidArgument("leadership: the server id and URL must be non-empty text");
+  }
+  std::lock_guard lock(mu_);
+  const std::string doing = "claiming the leadership lease";
+  Lease lease;
+  TY_RETURN_IF_ERROR(WithRetries(doing, [&]() -> Status {
+    // One statement: take it when free or expired, renew it when ours; the token
+    // changes whenever the holder does (or ours had lapsed, since someone may have
+    // acted on that). Two claiming at once: the row lock orders them, and the second
+    // finds the first's fresh lease and changes nothing.
+    TY_ASSIGN_OR_RETURN(
+        PgResult r,
+        Exec("INSERT INTO leader_lease AS l (name, holder, url, token, expires_at) "
+             "VALUES ('leader', $1, $2, 1, now() + $3 * interval '1 millisecond') "
+             "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, url = excluded.url, "
+             "token = CASE WHEN l.holder = excluded.holder AND l.expires_at > now() "
+             "THEN l.token ELSE l.token + 1 END, expires_at = excluded.expires_at "
+             "WHERE l.holder = excluded.holder OR l.expires_at <= now() "
+             "RETURNING holder, url, token, "
+             "(extract(epoch FROM expires_at - now()) * 1000)::bigint",
+             Params().Text(self).Text(url).Int(ttl.count()), doing));
+    if (Rows(r.get()) == 0) {
+      TY_ASSIGN_OR_RETURN(r, Exec("SELECT holder, url, token, "
+                                  "(extract(epoch FROM expires_at - now()) * 1000)::bigint "
+                                  "FROM leader_lease WHERE name = 'leader'",
+                                  doing));
+      if (Rows(r.get()) != 1) return Internal("leadership: the lease row is missing");
+    }
+    lease.holder = Text(r.get(), 0, 0);
+    lease.url = Text(r.get(), 0, 1);
+    lease.token = Int(r.get(), 0, 2);
+    lease.left = Duration(Int(r.get(), 0, 3));
+    return Status::Ok();
+  }));
+  return lease;
+}
+
+Status PostgresStore::ReleaseLeadership(const std::string& self) {
+  std::lock_guard lock(mu_);
+  const std::string doing = "releasing the leadership lease";
+  return WithRetries(doing, [&]() -> Status {
+    return Exec(
+               "UPDATE leader_lease SET expires_at = now() WHERE name = 'leader' AND "
+               "holder = $1 AND expires_at > now()",
+               Params().Text(self), doing)
+        .status();
+  });
 }
 
 Result<JobId> PostgresStore::ReserveJobIds(int64_t n) {

@@ -48,6 +48,7 @@
 // Thread-safety: as Store. One connection, guarded by a mutex; calls are serialised.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,7 @@ struct PostgresOptions {
 class PostgresStore final : public Store {
  public:
   // The schema this binary writes: the number of migrations it knows.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Connects to the database named by `conninfo` (libpq's "key=value ..." or
   // "postgresql://..." form), retrying for opts.retry_for, and brings its schema up to
@@ -120,6 +121,27 @@ class PostgresStore final : public Store {
   Result<std::vector<ApiToken>> ListTokens() override;
   Result<StoredState> LoadAll() override;
   int SchemaVersion() const override { return kSchemaVersion; }
+
+  // Leadership of the servers that share this database (docs/ha.md): one lease row,
+  // timed by the database's clock, so the servers' clocks need not agree.
+  struct Lease {
+    std::string holder;  // the server that holds it (its id)
+    std::string url;     // where it serves, for standbys to send clients to
+    int64_t token = 0;   // grows every time the lease changes hands: the fencing token
+    Duration left{0};    // until it expires, by the database's clock; <= 0: expired
+  };
+  // Takes the lease for `self` (serving at `url`) for `ttl` when nobody holds it or its
+  // holder let it expire, or renews it when `self` holds it; returns the lease as it is
+  // afterwards (self's when this server leads). Retried like every call.
+  Result<Lease> ClaimLeadership(const std::string& self, const std::string& url, Duration ttl);
+  // Lets the lease expire now, when `self` holds it (a clean shutdown hands over at once).
+  Status ReleaseLeadership(const std::string& self);
+  // Fencing: from now on every Commit applies only while the lease still has `token`
+  // and has not expired, checked inside its transaction; otherwise FailedPrecondition
+  // ("fenced: ..."), and nothing of the batch is applied. A leader that lost the lease,
+  // even one paused for longer than the lease, cannot change the state the next leader
+  // works from. 0 (the default) turns the check off.
+  void SetFencingToken(int64_t token) { fence_.store(token); }
   // "postgres:" and the conninfo's settings, without any password.
   std::string Describe() const override { return "postgres:" + redacted_conninfo_; }
 
@@ -184,6 +206,7 @@ class PostgresStore final : public Store {
   const PostgresOptions opts_;
   // This store's row in commit_markers: random, fixed for the store's life.
   const std::string client_id_;
+  std::atomic<int64_t> fence_{0};
   std::mutex mu_;
   std::unique_ptr<pg_conn, ConnDeleter> conn_;  // GUARDED_BY(mu_)
   bool session_ready_ = false;                  // GUARDED_BY(mu_); conn_ set up

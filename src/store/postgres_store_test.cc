@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@ using test::At;
 using test::PgConnection;
 using test::TestJob;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -36,6 +38,13 @@ PostgresOptions FastRetries() {
   o.initial_backoff = Duration(5);
   o.max_backoff = Duration(50);
   return o;
+}
+
+// Every migration level, 1 to kSchemaVersion, once each: what schema_migrations holds.
+std::vector<std::string> AllMigrations() {
+  std::vector<std::string> v;
+  for (int i = 1; i <= PostgresStore::kSchemaVersion; ++i) v.push_back(std::to_string(i));
+  return v;
 }
 
 class PostgresStoreTest : public ::testing::Test {
@@ -170,12 +179,12 @@ TEST_F(PostgresStoreTest, ReopenKeepsEverythingAndMigratesOnce) {
     EXPECT_EQ(*store->ReserveJobIds(1), 8 + i);
   }
   EXPECT_THAT(raw_->Column("SELECT version FROM schema_migrations ORDER BY version"),
-              ElementsAre(std::to_string(PostgresStore::kSchemaVersion)));
-  EXPECT_THAT(
-      raw_->Column("SELECT table_name FROM information_schema.tables WHERE "
-                   "table_schema = current_schema() ORDER BY table_name"),
-      ElementsAre("api_tokens", "audit_log", "commit_markers", "job_events", "jobs", "meta",
-                  "nodes", "priority_classes", "queues", "schema_migrations", "tenants", "users"));
+              ElementsAreArray(AllMigrations()));
+  EXPECT_THAT(raw_->Column("SELECT table_name FROM information_schema.tables WHERE "
+                           "table_schema = current_schema() ORDER BY table_name"),
+              ElementsAre("api_tokens", "audit_log", "commit_markers", "job_events", "jobs",
+                          "leader_lease", "meta", "nodes", "priority_classes", "queues",
+                          "schema_migrations", "tenants", "users"));
 }
 
 TEST_F(PostgresStoreTest, StoresOpeningTogetherMigrateOnce) {
@@ -186,8 +195,8 @@ TEST_F(PostgresStoreTest, StoresOpeningTogetherMigrateOnce) {
   }
   for (std::thread& t : threads) t.join();
   for (const Status& s : opened) EXPECT_TRUE(s.ok()) << s.ToString();
-  EXPECT_THAT(raw_->Column("SELECT version FROM schema_migrations"),
-              ElementsAre(std::to_string(PostgresStore::kSchemaVersion)));
+  EXPECT_THAT(raw_->Column("SELECT version FROM schema_migrations ORDER BY version"),
+              ElementsAreArray(AllMigrations()));
   EXPECT_EQ(raw_->One("SELECT value FROM meta WHERE key = 'next_job_id'"), "1");
 }
 
@@ -403,6 +412,88 @@ INSTANTIATE_TEST_SUITE_P(
         // COMMIT was applied but its answer lost: the marker is there; not redone.
         LossCase{"DroppedAfterCommit", CommitStage::kAfterCommit, false, false}),
     [](const ::testing::TestParamInfo<LossCase>& info) { return std::string(info.param.name); });
+
+// --- leadership (docs/ha.md) ---
+
+PostgresStore& Pg(const std::unique_ptr<Store>& store) {
+  return *static_cast<PostgresStore*>(store.get());
+}
+
+TEST_F(PostgresStoreTest, OneServerLeadsUntilItsLeaseLapsesThenTheTokenGrows) {
+  std::unique_ptr<Store> a = Open();
+  std::unique_ptr<Store> b = Open();
+  const Duration minute{60'000};
+  auto first = Pg(a).ClaimLeadership("server-a", "http://a:1", minute);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->holder, "server-a");
+  EXPECT_EQ(first->url, "http://a:1");
+  EXPECT_EQ(first->token, 1);
+  EXPECT_GT(first->left, Duration(50'000));
+  // b finds a leading and changes nothing; a's renewals keep the token.
+  auto seen = Pg(b).ClaimLeadership("server-b", "http://b:1", minute);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->holder, "server-a");
+  EXPECT_EQ(seen->token, 1);
+  auto renewed = Pg(a).ClaimLeadership("server-a", "http://a:1", minute);
+  ASSERT_TRUE(renewed.ok());
+  EXPECT_EQ(renewed->token, 1);
+  // a renews for 1 ms only and lets it lapse: b takes it, with a new token.
+  ASSERT_TRUE(Pg(a).ClaimLeadership("server-a", "http://a:1", Duration(1)).ok());
+  std::optional<PostgresStore::Lease> taken;
+  for (int i = 0; i < 500; ++i) {
+    auto claim = Pg(b).ClaimLeadership("server-b", "http://b:1", minute);
+    ASSERT_TRUE(claim.ok()) << claim.status().ToString();
+    taken = *claim;
+    if (taken->holder == "server-b") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(taken->holder, "server-b");
+  EXPECT_EQ(taken->token, 2);
+  auto deposed = Pg(a).ClaimLeadership("server-a", "http://a:1", minute);
+  ASSERT_TRUE(deposed.ok());
+  EXPECT_EQ(deposed->holder, "server-b");
+  EXPECT_EQ(deposed->url, "http://b:1");
+  // A clean hand-over: b releases, a takes it at once.
+  ASSERT_TRUE(Pg(b).ReleaseLeadership("server-b").ok());
+  auto back = Pg(a).ClaimLeadership("server-a", "http://a:1", minute);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->holder, "server-a");
+  EXPECT_EQ(back->token, 3);
+}
+
+TEST_F(PostgresStoreTest, ADeposedLeaderIsFencedOffFromCommitting) {
+  std::unique_ptr<Store> a = Open();
+  std::unique_ptr<Store> b = Open();
+  const Duration minute{60'000};
+  auto lease = Pg(a).ClaimLeadership("server-a", "http://a:1", minute);
+  ASSERT_TRUE(lease.ok());
+  Pg(a).SetFencingToken(lease->token);
+  Result<JobId> id = a->ReserveJobIds(3);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(a->Commit(JobWithEvent(*id)).ok());
+  // a's lease lapses (a paused, say) and b takes over.
+  ASSERT_TRUE(Pg(a).ClaimLeadership("server-a", "http://a:1", Duration(1)).ok());
+  std::optional<PostgresStore::Lease> b_lease;
+  for (int i = 0; i < 500; ++i) {
+    auto claim = Pg(b).ClaimLeadership("server-b", "http://b:1", minute);
+    ASSERT_TRUE(claim.ok()) << claim.status().ToString();
+    b_lease = *claim;
+    if (b_lease->holder == "server-b") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(b_lease->holder, "server-b");
+  Pg(b).SetFencingToken(b_lease->token);
+  Status fenced = a->Commit(JobWithEvent(*id + 1));
+  EXPECT_EQ(fenced.code(), StatusCode::kFailedPrecondition) << fenced.ToString();
+  EXPECT_THAT(fenced.message(), HasSubstr("fenced"));
+  EXPECT_EQ(Count("jobs", *id + 1), "0");
+  EXPECT_EQ(Count("job_events", *id + 1), "0");
+  ASSERT_TRUE(b->Commit(JobWithEvent(*id + 2)).ok());
+  EXPECT_EQ(Count("jobs", *id + 2), "1");
+  // Without a fence (a store no server leads through) commits are not checked.
+  std::unique_ptr<Store> c = Open();
+  EXPECT_TRUE(c->Commit(JobWithEvent(*id + 1)).ok());
+}
 
 }  // namespace
 }  // namespace trainyard::store
