@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -33,8 +34,10 @@ struct ServerFlags {
   std::string join_token;
   std::string policy;  // KEY=VALUE,...
   std::string node_timeout = "15s";
-  std::string allowed_dirs;  // DIR[,DIR...]; empty: anywhere
-  std::string tls_cert;      // with tls_key: serve HTTPS (docs/tls.md)
+  std::string leader_timeout = "10s";  // the leadership lease, with a PostgreSQL store
+  std::string advertise_url;           // what standbys send clients to; empty: our URL
+  std::string allowed_dirs;            // DIR[,DIR...]; empty: anywhere
+  std::string tls_cert;                // with tls_key: serve HTTPS (docs/tls.md)
   std::string tls_key;
   bool insecure_local = false;  // no authentication; loopback only
   double rate_limit = 200;      // requests/s per API token; 0: none
@@ -123,6 +126,20 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
                            std::to_string(f.max_unfinished_jobs_per_tenant));
   }
   o.max_unfinished_jobs_per_tenant = f.max_unfinished_jobs_per_tenant;
+  {
+    auto lt = ParseDuration(f.leader_timeout);
+    if (!lt.ok() || lt->count() < 500 || lt->count() > 600'000) {
+      return InvalidArgument("--leader-timeout: expected a duration from 500ms to 10m, got " +
+                             QuoteForMessage(f.leader_timeout));
+    }
+    o.leader_timeout = *lt;
+  }
+  if (!f.advertise_url.empty() && f.advertise_url.rfind("http://", 0) != 0 &&
+      f.advertise_url.rfind("https://", 0) != 0) {
+    return InvalidArgument("--advertise-url: expected http://HOST:PORT or https://HOST:PORT, got " +
+                           QuoteForMessage(f.advertise_url));
+  }
+  o.advertise_url = f.advertise_url;
   TY_ASSIGN_OR_RETURN(o.node_timeout, ParseDuration(f.node_timeout));
   if (o.node_timeout.count() < 1000) {
     return InvalidArgument("--node-timeout: at least 1s, got " + f.node_timeout);
@@ -235,6 +252,13 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
                   "Where the state lives: sqlite:PATH (default DATA_DIR/state.db) or a "
                   "PostgreSQL database, postgres://[USER@]HOST[:PORT]/DATABASE (libpq's URI; "
                   "the password from ~/.pgpass or PGPASSWORD; docs/ha.md)");
+  cmd->add_option("--leader-timeout", f.leader_timeout,
+                  "With a PostgreSQL --store: the leadership lease; a standby takes over this "
+                  "long after the leader stops renewing it (docs/ha.md)")
+      ->capture_default_str();
+  cmd->add_option("--advertise-url", f.advertise_url,
+                  "With a PostgreSQL --store: the URL standbys send clients to while this server "
+                  "leads (default: the URL it listens on)");
   cmd->add_option("--web-dir", f.web_dir,
                   "Serve the dashboard from DIR (e.g. web/src; uPlot from DIR/../node_modules), "
                   "read on every request, instead of the copy built into the binary: for "
@@ -281,7 +305,29 @@ int RunServer(const ServerFlags& f, std::ostream& out, std::ostream& err) {
   sigset_t signals = BlockStopSignals();
   KeepFreedMemoryForReuse();  // scheduling passes allocate and free tens of MB each
   server::Server srv(*opts);
+  // Signals are awaited from the start: with a PostgreSQL store Start may wait, a
+  // standby, for as long as another server leads.
+  std::atomic<int> sig{0};
+  std::atomic<bool> start_failed{false};
+  std::thread watcher([&] {
+    int s = 0;
+    sigwait(&signals, &s);
+    if (start_failed) return;
+    sig = s;
+    srv.RequestStop();
+  });
   if (Status s = srv.Start(); !s.ok()) {
+    const bool by_signal = sig != 0;
+    if (!by_signal) {
+      start_failed = true;
+      pthread_kill(watcher.native_handle(), SIGTERM);  // ends its wait
+    }
+    watcher.join();
+    if (by_signal) {
+      out << "trainyard server: stopping (signal " << sig << ")\n" << std::flush;
+      srv.Stop();
+      return kExitOk;
+    }
     err << "trainyard server: " << s.message() << "\n";
     return kExitFailure;
   }
@@ -293,11 +339,13 @@ int RunServer(const ServerFlags& f, std::ostream& out, std::ostream& err) {
       << "data dir: " << opts->data_dir << "; agents join with --join-token from " << opts->data_dir
       << "/join-token\n"
       << (opts->insecure_local ? "authentication: none (--insecure-local)\n"
-                               : "API tokens required; the first start wrote an admin token to " +
-                                     opts->data_dir + "/" + server::kAdminTokenFile + "\n")
+          : std::filesystem::exists(opts->data_dir + "/" + server::kAdminTokenFile)
+              ? "API tokens required; the first start wrote an admin token to " + opts->data_dir +
+                    "/" + server::kAdminTokenFile + "\n"
+              : std::string("API tokens required (the store had users already, so no admin "
+                            "token was written here; use one of theirs)\n"))
       << std::flush;
-  int sig = 0;
-  sigwait(&signals, &sig);
+  watcher.join();  // until a signal
   out << "trainyard server: stopping (signal " << sig << ")\n" << std::flush;
   srv.Stop();
   return kExitOk;

@@ -191,6 +191,7 @@ Status Server::Start() {
   TY_ASSIGN_OR_RETURN(StoreUrl where, ParseStoreUrl(opt_.store));
   if (where.kind == StoreUrl::Kind::kPostgres) {
     TY_ASSIGN_OR_RETURN(store_, store::PostgresStore::Open(where.conninfo));
+    TY_RETURN_IF_ERROR(BecomeLeader());
   } else {
     TY_ASSIGN_OR_RETURN(store_, store::SqliteStore::Open(
                                     where.path.empty() ? opt_.data_dir + "/state.db" : where.path));
@@ -275,7 +276,131 @@ Status Server::Start() {
   // never delays a scheduling pass.
   alert_thread_ = std::thread([this] { AlertLoop(); });
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  if (!self_id_.empty()) lease_thread_ = std::thread([this] { KeepLeadership(); });
   return Status::Ok();
+}
+
+Status Server::BecomeLeader() {
+  auto& pg = static_cast<store::PostgresStore&>(*store_);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  self_id_ = std::string(host) + "/" + std::to_string(::getpid()) + "/" + suffix;
+
+  // The standby answers on the port the leader will serve on (picked now when 0).
+  std::unique_ptr<httplib::Server> standby;
+  if (opt_.tls_cert.empty()) {
+    standby = std::make_unique<httplib::Server>();
+  } else {
+    TY_ASSIGN_OR_RETURN(standby, http::MakeTlsServer(opt_.tls_cert, opt_.tls_key));
+  }
+  std::mutex mu;
+  std::string leader;  // the current leader's URL, as the lease says
+  standby->Get("/api/v1/healthz", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lk(mu);
+    nlohmann::ordered_json j = {{"ok", true}, {"role", "standby"}};
+    j["leader"] = leader.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(leader);
+    res.set_content(j.dump() + "\n", "application/json");
+  });
+  auto refuse = [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lk(mu);
+    nlohmann::ordered_json j = {
+        {"error", "this server is a standby; " +
+                      (leader.empty() ? std::string("no leader yet") : "the leader is " + leader)},
+        {"standby", true}};
+    j["leader"] = leader.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(leader);
+    if (!leader.empty()) res.set_header("X-Trainyard-Leader", leader);
+    res.set_header("Retry-After", "1");
+    res.status = 503;
+    res.set_content(j.dump() + "\n", "application/json");
+  };
+  standby->Get(".*", refuse);
+  standby->Post(".*", refuse);
+  standby->Put(".*", refuse);
+  standby->Patch(".*", refuse);
+  standby->Delete(".*", refuse);
+  if (opt_.port == 0) {
+    port_ = standby->bind_to_any_port(opt_.host);
+    if (port_ <= 0) return Unavailable("cannot bind " + opt_.host + " to any port");
+  } else {
+    if (!standby->bind_to_port(opt_.host, opt_.port)) {
+      return Unavailable("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port));
+    }
+    port_ = opt_.port;
+  }
+  opt_.port = port_;  // the leader's server binds the same port
+  leader_url_ = opt_.advertise_url.empty() ? Url() : opt_.advertise_url;
+  std::thread serving([&] { standby->listen_after_bind(); });
+  const Duration ttl = opt_.leader_timeout;
+  const auto every = std::min<Duration>(ttl / 4, Duration(1'000));
+  std::string said;
+  Status result = Status::Ok();
+  for (;;) {
+    if (stop_requested_) {
+      result = Unavailable("stopped while a standby");
+      break;
+    }
+    auto lease = pg.ClaimLeadership(self_id_, leader_url_, ttl);
+    if (lease.ok() && lease->holder == self_id_) {
+      pg.SetFencingToken(lease->token);
+      std::fprintf(stderr, "trainyard server: leading (lease token %lld, %s)\n",
+                   static_cast<long long>(lease->token), pg.Describe().c_str());
+      break;
+    }
+    std::string now = lease.ok() ? "standby at " + leader_url_ + "; the leader is " + lease->url +
+                                       " (" + lease->holder + ")"
+                                 : "standby: " + lease.status().message();
+    if (lease.ok()) {
+      std::lock_guard lk(mu);
+      leader = lease->url;
+    }
+    if (now != said) {
+      std::fprintf(stderr, "trainyard server: %s\n", now.c_str());
+      said = now;
+    }
+    for (auto slept = Duration(0); slept < every && !stop_requested_; slept += Duration(50)) {
+      std::this_thread::sleep_for(Duration(50));
+    }
+  }
+  standby->stop();
+  serving.join();
+  return result;
+}
+
+void Server::KeepLeadership() {
+  auto& pg = static_cast<store::PostgresStore&>(*store_);
+  const Duration ttl = opt_.leader_timeout;
+  auto renewed = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock lk(alert_mu_);
+      alert_cv_.wait_for(lk, ttl / 4, [this] { return stopping_.load(); });
+    }
+    if (stopping_) return;
+    auto lease = pg.ClaimLeadership(self_id_, leader_url_, ttl);
+    if (lease.ok() && lease->holder == self_id_) {
+      pg.SetFencingToken(lease->token);
+      renewed = std::chrono::steady_clock::now();
+      continue;
+    }
+    // Another server leads, or the lease could not be renewed in time: stop deciding at
+    // once. The store already refuses this server's commits (fencing); exiting ends the
+    // scheduling loop and the API with them, and a supervisor restarts it as a standby.
+    if (lease.ok()) {
+      std::fprintf(stderr, "trainyard server: lost the leadership to %s (%s); exiting\n",
+                   lease->url.c_str(), lease->holder.c_str());
+      std::_Exit(75);
+    }
+    if (std::chrono::steady_clock::now() - renewed >= ttl) {
+      std::fprintf(stderr,
+                   "trainyard server: could not renew the leadership lease for %lld ms (%s); "
+                   "exiting\n",
+                   static_cast<long long>(ttl.count()), lease.status().message().c_str());
+      std::_Exit(75);
+    }
+  }
 }
 
 std::string Server::Url() const {
@@ -394,6 +519,14 @@ void Server::Stop() {
   if (loop_thread_.joinable()) loop_thread_.join();
   if (http_thread_.joinable()) http_thread_.join();
   if (alert_thread_.joinable()) alert_thread_.join();
+  if (lease_thread_.joinable()) {
+    lease_thread_.join();
+    // A clean stop hands over at once rather than after the lease runs out.
+    auto& pg = static_cast<store::PostgresStore&>(*store_);
+    if (Status s = pg.ReleaseLeadership(self_id_); !s.ok()) {
+      std::fprintf(stderr, "trainyard server: releasing the leadership: %s\n", s.message().c_str());
+    }
+  }
   alerting_.reset();  // ends its webhook thread
 }
 

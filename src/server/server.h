@@ -80,6 +80,13 @@ struct ServerOptions {
   // DATA_DIR/state.db, "sqlite:PATH", or a PostgreSQL database ("postgres://..." or
   // "postgresql://..." URI, as libpq reads it). Checked by ParseStoreUrl.
   std::string store;
+  // With a PostgreSQL store (docs/ha.md): servers sharing the database elect one leader
+  // through a lease of this length; the others are standbys that answer 503 naming the
+  // leader, and take over once its lease lapses. A leader that cannot renew within it
+  // stops at once (its commits are fenced off before that).
+  Duration leader_timeout{10'000};
+  // The URL standbys send clients to while this server leads; empty: Url().
+  std::string advertise_url;
 };
 
 // What --store names: "" / "sqlite:PATH" (SQLite; `path` empty for DATA_DIR/state.db)
@@ -104,8 +111,17 @@ class Server {
   std::string Url() const;
   const std::string& join_token() const { return token_; }
   void Stop();
+  // Asks a Start that waits as a standby (a PostgreSQL store) to give up; safe from any
+  // thread, at any time. Stop is still called after Start returns.
+  void RequestStop() { stop_requested_ = true; }
 
  private:
+  // Serves as a standby (503 naming the leader, on the port this server will use) until
+  // this server holds the leadership lease, then sets the store's fencing token.
+  Status BecomeLeader();
+  // Renews the lease every leader_timeout / 4; exits the process at once when another
+  // server holds it or it could not be renewed for leader_timeout.
+  void KeepLeadership();
   void Loop();
   void AlertLoop();
   // Deletes the logs that the retention options say to (PlanLogPruning).
@@ -129,6 +145,11 @@ class Server {
   std::mutex alert_mu_;
   std::condition_variable alert_cv_;  // wakes AlertLoop at Stop
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> stop_requested_{false};
+  // Leadership, with a PostgreSQL store (BecomeLeader, KeepLeadership).
+  std::string self_id_;     // this process, in the lease: host/pid/random
+  std::string leader_url_;  // what this server advertises while it leads
+  std::thread lease_thread_;
 };
 
 // On a store without users: creates the cluster admin "admin" and writes its token to
