@@ -7,6 +7,7 @@
 // Private to src/store/. Thread-safety: pure functions.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,5 +33,16 @@ Result<ApiToken> DecodeTokenRow(std::string_view id, std::string_view doc);
 
 // The names (JobStateName) of the states that are not terminal: the jobs LoadAll returns.
 const std::vector<std::string>& NonTerminalStateNames();
+
+// The SQL stores read one row more than a page's `limit` to learn whether another page
+// follows: drops that row and returns the cursor for the next page (`key` of the last
+// row kept), or nullopt when `rows` held no more than `limit`.
+template <typename Row, typename Key>
+auto CutToPage(std::vector<Row>& rows, int limit, Key key)
+    -> std::optional<decltype(key(rows.back()))> {
+  if (static_cast<int>(rows.size()) <= limit) return std::nullopt;
+  rows.resize(static_cast<size_t>(limit));
+  return key(rows.back());
+}
 
 }  // namespace trainyard::store

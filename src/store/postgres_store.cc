@@ -950,10 +950,7 @@ Result<JobPage> PostgresStore::ListJobs(const JobFilter& filter, JobId after_id,
     TY_ASSIGN_OR_RETURN(page.jobs, QueryJobs(sql, params, "listing jobs"));
     return Status::Ok();
   }));
-  if (static_cast<int>(page.jobs.size()) > limit) {
-    page.jobs.pop_back();
-    page.next_after_id = page.jobs.back().id;
-  }
+  page.next_after_id = CutToPage(page.jobs, limit, [](const Job& j) { return j.id; });
   return page;
 }
 
@@ -976,10 +973,7 @@ Result<EventPage> PostgresStore::ListEvents(JobId job_id, int64_t after_seq, int
     }
     return Status::Ok();
   }));
-  if (static_cast<int>(page.events.size()) > limit) {
-    page.events.pop_back();
-    page.next_after_seq = page.events.back().seq;
-  }
+  page.next_after_seq = CutToPage(page.events, limit, [](const JobEvent& e) { return e.seq; });
   return page;
 }
 
@@ -1019,10 +1013,7 @@ Result<AuditPage> PostgresStore::ListAudit(const AuditFilter& filter, int64_t af
     }
     return Status::Ok();
   }));
-  if (static_cast<int>(page.entries.size()) > limit) {
-    page.entries.pop_back();
-    page.next_after_seq = page.entries.back().seq;
-  }
+  page.next_after_seq = CutToPage(page.entries, limit, [](const AuditEntry& e) { return e.seq; });
   return page;
 }
 

@@ -678,10 +678,7 @@ Result<JobPage> SqliteStore::ListJobs(const JobFilter& filter, JobId after_id, i
   st.Bind(++i, int64_t{limit} + 1);  // one more tells whether another page exists
   JobPage page;
   TY_ASSIGN_OR_RETURN(page.jobs, QueryJobs(st, "listing jobs"));
-  if (static_cast<int>(page.jobs.size()) > limit) {
-    page.jobs.pop_back();
-    page.next_after_id = page.jobs.back().id;
-  }
+  page.next_after_id = CutToPage(page.jobs, limit, [](const Job& j) { return j.id; });
   return page;
 }
 
@@ -700,10 +697,7 @@ Result<EventPage> SqliteStore::ListEvents(JobId job_id, int64_t after_seq, int l
     page.events.push_back(JobEvent{st.Int(0), st.Int(1), Timestamp(Duration(st.Int(2))), st.Text(3),
                                    st.Text(4), st.Text(5)});
   }
-  if (static_cast<int>(page.events.size()) > limit) {
-    page.events.pop_back();
-    page.next_after_seq = page.events.back().seq;
-  }
+  page.next_after_seq = CutToPage(page.events, limit, [](const JobEvent& e) { return e.seq; });
   return page;
 }
 
@@ -742,10 +736,7 @@ Result<AuditPage> SqliteStore::ListAudit(const AuditFilter& filter, int64_t afte
     e.message = st.Text(9);
     page.entries.push_back(std::move(e));
   }
-  if (static_cast<int>(page.entries.size()) > limit) {
-    page.entries.pop_back();
-    page.next_after_seq = page.entries.back().seq;
-  }
+  page.next_after_seq = CutToPage(page.entries, limit, [](const AuditEntry& e) { return e.seq; });
   return page;
 }
 
