@@ -120,4 +120,21 @@ for j in json.load(sys.stdin):
             assert key not in seen, "GPU %s held by jobs %s and %s" % (key, seen[key], j["id"])
             seen[key] = j["id"]
 print(len(seen), "GPUs held, none twice")' "$T" || fail "a GPU is bound twice"
+# And over the whole history, across both leaders: every job's attempts (each opened by
+# one Bound event) never held a GPU while another attempt held it.
+"$T" jobs --all --limit 1000 -o json | "$PY" -c '
+import json, subprocess, sys
+held = {}  # (node, gpu) -> [(start, end, job)]
+for j in json.load(sys.stdin):
+    full = json.loads(subprocess.check_output([sys.argv[1], "job", "show", str(j["id"]), "-o", "json"]))
+    bound = sum(1 for e in full["events"] if e["kind"] == "Bound")
+    assert bound == len(full["attempts"]), "job %s: %d Bound events, %d attempts" % (j["id"], bound, len(full["attempts"]))
+    for a in full["attempts"]:
+        end = a["end_time_ms"] if a["end_time_ms"] is not None else float("inf")
+        for node, gpus in zip(a["nodes"], a["gpus"]):
+            for g in gpus:
+                for (s0, e0, other) in held.get((node, g), []):
+                    assert end <= s0 or a["start_time_ms"] >= e0, "GPU %s/%s held by jobs %s and %s at once" % (node, g, other, j["id"])
+                held.setdefault((node, g), []).append((a["start_time_ms"], end, j["id"]))
+print(sum(len(v) for v in held.values()), "GPU holdings in the history, none overlapping")' "$T" || fail "a GPU was bound twice at once"
 "$PY" -c "import sys; k,l,s=map(float,sys.argv[1:]); print(f'ok (failover): leader killed -> standby leading {l-k:.1f} s, a job submitted then ran to its end {s-k:.1f} s (lease 2 s)')" "$KILLED" "$LED" "$SCHEDULING"
