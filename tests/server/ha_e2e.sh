@@ -33,6 +33,10 @@ as_pg "$PGBIN/postgres" -D "$PG/data" -c listen_addresses= -c "unix_socket_direc
 PIDS+=("$!")
 for _ in $(seq 100); do [[ -S $PG/.s.PGSQL.5432 ]] && break; sleep 0.1; done
 [[ -S $PG/.s.PGSQL.5432 ]] || fail "postgres did not start: $(tail -3 "$WORK/postgres.log")"
+# The postmaster itself (the PID above is runuser's): stopped at exit with SIGQUIT, an
+# immediate shutdown, before lib.sh's cleanup removes its directory.
+PG_PID=$(head -1 "$PG/data/postmaster.pid")
+trap 'kill -QUIT "$PG_PID" 2>/dev/null || true; cleanup' EXIT
 STORE="postgresql:///postgres?host=$PG&user=trainyard"
 
 server() {  # NAME: a server on port 0 with its own data dir, sharing the store
