@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -126,6 +127,41 @@ TEST(CliTest, VersionHelpAndUsageErrors) {
   EXPECT_EQ(bad_format.code, kExitUsage);
   EXPECT_THAT(bad_format.err, HasSubstr("xml"));
   EXPECT_THAT(bad_format.out, Not(HasSubstr("bert")));
+}
+
+// Bad flags of the store, leadership and server addresses are refused before anything
+// starts, naming the flag and the value (a value that may hold a password is not shown).
+TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
+  const std::string dir = ::testing::TempDir() + "/trainyard-cli-flags";
+  auto server = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"server", "--data-dir", dir, "--port", "0"});
+    return Cli(flags);
+  };
+  CliRun bogus = server({"--store", "bogus"});
+  EXPECT_EQ(bogus.code, kExitUsage);
+  EXPECT_THAT(bogus.err, HasSubstr("--store: expected sqlite:PATH or postgres://"));
+  EXPECT_THAT(bogus.err, HasSubstr("\"bogus\""));
+  CliRun secret = server({"--store", "mysql://ann:hunter2@db/x"});
+  EXPECT_EQ(secret.code, kExitUsage);
+  EXPECT_THAT(secret.err, HasSubstr("--store"));
+  EXPECT_THAT(secret.err, Not(HasSubstr("hunter2")));
+  CliRun empty_sqlite = server({"--store", "sqlite:"});
+  EXPECT_EQ(empty_sqlite.code, kExitUsage);
+  EXPECT_THAT(empty_sqlite.err, HasSubstr("sqlite: needs a file"));
+  CliRun short_lease = server({"--leader-timeout", "10ms"});
+  EXPECT_EQ(short_lease.code, kExitUsage);
+  EXPECT_THAT(short_lease.err,
+              HasSubstr("--leader-timeout: expected a duration from 500ms to 10m, got \"10ms\""));
+  CliRun advertise = server({"--advertise-url", "ftp://cp1:8470"});
+  EXPECT_EQ(advertise.code, kExitUsage);
+  EXPECT_THAT(advertise.err, HasSubstr("--advertise-url: expected http://HOST:PORT"));
+  EXPECT_THAT(advertise.err, HasSubstr("ftp://cp1:8470"));
+  CliRun agent = Cli({"agent", "--server", "http://127.0.0.1:1,ftp://b", "--join-token", "t",
+                      "--name", "n", "--data-dir", dir, "--simulated-gpus", "1"});
+  EXPECT_NE(agent.code, kExitOk);
+  EXPECT_THAT(agent.err, HasSubstr("--server: expected http://HOST:PORT or https://HOST:PORT "
+                                   "(several separated by commas), got \"ftp://b\""));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ValidateCommandTest, SecretEnvValuesArePrintedRedacted) {

@@ -298,10 +298,13 @@ Status Server::BecomeLeader() {
   }
   std::mutex mu;
   std::string leader;  // the current leader's URL, as the lease says
+  // REQUIRES: mu held. The leader's URL, or null before there is one.
+  auto leader_json = [&] {
+    return leader.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(leader);
+  };
   standby->Get("/api/v1/healthz", [&](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lk(mu);
-    nlohmann::ordered_json j = {{"ok", true}, {"role", "standby"}};
-    j["leader"] = leader.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(leader);
+    nlohmann::ordered_json j = {{"ok", true}, {"role", "standby"}, {"leader", leader_json()}};
     res.set_content(j.dump() + "\n", "application/json");
   });
   auto refuse = [&](const httplib::Request&, httplib::Response& res) {
@@ -310,7 +313,7 @@ Status Server::BecomeLeader() {
         {"error", "this server is a standby; " +
                       (leader.empty() ? std::string("no leader yet") : "the leader is " + leader)},
         {"standby", true}};
-    j["leader"] = leader.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(leader);
+    j["leader"] = leader_json();
     if (!leader.empty()) res.set_header("X-Trainyard-Leader", leader);
     res.set_header("Retry-After", "1");
     res.status = 503;

@@ -52,7 +52,7 @@ async function request(method, path, body, opts = {}) {
     if (e.name === "AbortError") throw e;
     throw new ApiError(0, `cannot reach the server (${e.message})`);
   }
-  if (res.status === 304 && cached) return opts.raw ? cached.data : cached.data;
+  if (res.status === 304 && cached) return cached.data;
   if (!res.ok) {
     let message = `HTTP ${res.status}`;
     try {
