@@ -549,10 +549,11 @@ Status PostgresStore::Connect(std::string_view doing) {
     // defaults before it; client_encoding after it is ours.
     std::string timeout_s = std::to_string(std::max<int64_t>(
         2, (opts_.connect_timeout.count() + 999) / 1000));  // libpq counts whole seconds
-    const char* keywords[] = {
-        "connect_timeout",           "keepalives_idle", "keepalives_interval", "keepalives_count",
-        "fallback_application_name", "dbname",          "client_encoding",     nullptr};
-    const char* values[] = {timeout_s.c_str(), "30",   "10",   "3", "trainyard",
+    const std::string io_ms = std::to_string(opts_.io_timeout.count());
+    const char* keywords[] = {"connect_timeout",  "keepalives_idle",  "keepalives_interval",
+                              "keepalives_count", "tcp_user_timeout", "fallback_application_name",
+                              "dbname",           "client_encoding",  nullptr};
+    const char* values[] = {timeout_s.c_str(), "10",   "5",    "3", io_ms.c_str(), "trainyard",
                             conninfo_.c_str(), "UTF8", nullptr};
     conn_.reset(PQconnectdbParams(keywords, values, /*expand_dbname=*/1));
     TY_CHECK_MSG(conn_ != nullptr, "PQconnectdbParams: out of memory");
@@ -574,9 +575,12 @@ Status PostgresStore::Connect(std::string_view doing) {
   TY_ASSIGN_OR_RETURN(
       PgResult r,
       Exec("SELECT set_config('idle_in_transaction_session_timeout', $1, false), "
-           "current_setting('server_encoding')",
-           Params().Text(std::to_string(opts_.orphan_timeout.count())), "setting up the session"));
-  std::string encoding = Text(r.get(), 0, 1);
+           "set_config('statement_timeout', $2, false), current_setting('server_encoding')",
+           Params()
+               .Text(std::to_string(opts_.orphan_timeout.count()))
+               .Text(std::to_string(opts_.io_timeout.count())),
+           "setting up the session"));
+  std::string encoding = Text(r.get(), 0, 2);
   if (encoding != "UTF8" && encoding != "SQL_ASCII") {
     failure_ = Failure::kOther;
     return FailedPrecondition("postgres: database " + Server() + " has encoding " + encoding +

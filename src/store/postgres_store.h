@@ -82,6 +82,11 @@ struct PostgresOptions {
   // idle_in_transaction_session_timeout of the store's sessions: how long a server
   // keeps a transaction whose client went silent (and the writer lock it holds).
   Duration orphan_timeout{10'000};
+  // The longest a statement may run (statement_timeout) and data sent may stay
+  // unacknowledged (TCP_USER_TIMEOUT) before the call fails and is retried: a database
+  // cut off by the network makes calls fail in this time instead of the kernel's ~15
+  // minutes of retransmissions.
+  Duration io_timeout{30'000};
   // For tests: called at each stage of each Commit try with the backend's pid (the
   // hook may terminate it); when it returns true the store drops its connection
   // there, as if it had broken. Empty in production.
