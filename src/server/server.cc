@@ -191,7 +191,12 @@ Status Server::Start() {
   TY_ASSIGN_OR_RETURN(StoreUrl where, ParseStoreUrl(opt_.store));
   if (where.kind == StoreUrl::Kind::kPostgres) {
     TY_ASSIGN_OR_RETURN(store_, store::PostgresStore::Open(where.conninfo));
+    TY_ASSIGN_OR_RETURN(lease_store_, store::PostgresStore::Open(where.conninfo));
     TY_RETURN_IF_ERROR(BecomeLeader());
+    // Renewing starts now, before the state is loaded: a load longer than the lease
+    // must not cost the leadership just won.
+    lease_thread_ = std::thread([this] { KeepLeadership(); });
+    fence_thread_ = std::thread([this] { FenceOnLeaseExpiry(); });
   } else {
     TY_ASSIGN_OR_RETURN(store_, store::SqliteStore::Open(
                                     where.path.empty() ? opt_.data_dir + "/state.db" : where.path));
@@ -199,6 +204,7 @@ Status Server::Start() {
   ClusterOptions copt;
   copt.policy = opt_.policy;
   copt.node_timeout = opt_.node_timeout;
+  copt.node_lost_grace = opt_.node_lost_grace;
   copt.checkpoint_root = std::filesystem::absolute(opt_.data_dir).string() + "/checkpoints";
   copt.max_unfinished_jobs_per_tenant = opt_.max_unfinished_jobs_per_tenant;
   copt.allowed_dirs = opt_.allowed_dirs;
@@ -276,12 +282,21 @@ Status Server::Start() {
   // never delays a scheduling pass.
   alert_thread_ = std::thread([this] { AlertLoop(); });
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
-  if (!self_id_.empty()) lease_thread_ = std::thread([this] { KeepLeadership(); });
   return Status::Ok();
 }
 
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 Status Server::BecomeLeader() {
-  auto& pg = static_cast<store::PostgresStore&>(*store_);
+  auto& pg = static_cast<store::PostgresStore&>(*lease_store_);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   std::random_device rd;
@@ -345,9 +360,11 @@ Status Server::BecomeLeader() {
       result = Unavailable("stopped while a standby");
       break;
     }
+    const int64_t sent_ns = SteadyNs();
     auto lease = pg.ClaimLeadership(self_id_, leader_url_, ttl);
     if (lease.ok() && lease->holder == self_id_) {
-      pg.SetFencingToken(lease->token);
+      static_cast<store::PostgresStore&>(*store_).SetFencingToken(lease->token);
+      lease_deadline_ns_ = sent_ns + std::chrono::nanoseconds(ttl).count();
       std::fprintf(stderr, "trainyard server: leading (lease token %lld, %s)\n",
                    static_cast<long long>(lease->token), pg.Describe().c_str());
       break;
@@ -373,36 +390,46 @@ Status Server::BecomeLeader() {
 }
 
 void Server::KeepLeadership() {
-  auto& pg = static_cast<store::PostgresStore&>(*store_);
+  auto& pg = static_cast<store::PostgresStore&>(*lease_store_);
   const Duration ttl = opt_.leader_timeout;
-  auto renewed = std::chrono::steady_clock::now();
   for (;;) {
     {
       std::unique_lock lk(alert_mu_);
       alert_cv_.wait_for(lk, ttl / 4, [this] { return stopping_.load(); });
     }
     if (stopping_) return;
+    const int64_t sent_ns = SteadyNs();
     auto lease = pg.ClaimLeadership(self_id_, leader_url_, ttl);
     if (lease.ok() && lease->holder == self_id_) {
-      pg.SetFencingToken(lease->token);
-      renewed = std::chrono::steady_clock::now();
+      static_cast<store::PostgresStore&>(*store_).SetFencingToken(lease->token);
+      lease_deadline_ns_ = sent_ns + std::chrono::nanoseconds(ttl).count();
       continue;
     }
-    // Another server leads, or the lease could not be renewed in time: stop deciding at
-    // once. The store already refuses this server's commits (fencing); exiting ends the
-    // scheduling loop and the API with them, and a supervisor restarts it as a standby.
+    // Another server leads: stop deciding at once. The store already refuses this
+    // server's commits (fencing); exiting ends the scheduling loop and the API with
+    // them, and a supervisor restarts it as a standby. A renewal that failed is tried
+    // again until FenceOnLeaseExpiry's deadline.
     if (lease.ok()) {
       std::fprintf(stderr, "trainyard server: lost the leadership to %s (%s); exiting\n",
                    lease->url.c_str(), lease->holder.c_str());
       std::_Exit(75);
     }
-    if (std::chrono::steady_clock::now() - renewed >= ttl) {
-      std::fprintf(stderr,
-                   "trainyard server: could not renew the leadership lease for %lld ms (%s); "
-                   "exiting\n",
-                   static_cast<long long>(ttl.count()), lease.status().message().c_str());
-      std::_Exit(75);
-    }
+    std::fprintf(stderr, "trainyard server: renewing the leadership lease: %s\n",
+                 lease.status().message().c_str());
+  }
+}
+
+void Server::FenceOnLeaseExpiry() {
+  const auto ttl_ms = static_cast<long long>(opt_.leader_timeout.count());
+  std::unique_lock lk(alert_mu_);
+  while (
+      !alert_cv_.wait_for(lk, std::chrono::milliseconds(20), [this] { return stopping_.load(); })) {
+    if (SteadyNs() < lease_deadline_ns_.load()) continue;
+    std::fprintf(stderr,
+                 "trainyard server: the leadership lease was not renewed within %lld ms (the "
+                 "database is unreachable or slow); exiting so that a standby can lead\n",
+                 ttl_ms);
+    std::_Exit(75);
   }
 }
 
@@ -522,10 +549,11 @@ void Server::Stop() {
   if (loop_thread_.joinable()) loop_thread_.join();
   if (http_thread_.joinable()) http_thread_.join();
   if (alert_thread_.joinable()) alert_thread_.join();
+  if (fence_thread_.joinable()) fence_thread_.join();
   if (lease_thread_.joinable()) {
     lease_thread_.join();
     // A clean stop hands over at once rather than after the lease runs out.
-    auto& pg = static_cast<store::PostgresStore&>(*store_);
+    auto& pg = static_cast<store::PostgresStore&>(*lease_store_);
     if (Status s = pg.ReleaseLeadership(self_id_); !s.ok()) {
       std::fprintf(stderr, "trainyard server: releasing the leadership: %s\n", s.message().c_str());
     }

@@ -55,8 +55,9 @@ struct ServerOptions {
   std::vector<std::string> allowed_dirs;
   sched::Policy policy;
   Duration node_timeout{15'000};
-  Duration pass_interval{2'000};  // a pass at least this often
-  Duration coalesce{20};          // wait this long after an event for more
+  Duration node_lost_grace{120'000};  // ClusterOptions::node_lost_grace
+  Duration pass_interval{2'000};      // a pass at least this often
+  Duration coalesce{20};              // wait this long after an event for more
   // Connections served at once: cpp-httplib gives each open connection a thread
   // (started on demand); each agent's long poll holds one while it waits.
   int http_threads = 4096;
@@ -119,9 +120,15 @@ class Server {
   // Serves as a standby (503 naming the leader, on the port this server will use) until
   // this server holds the leadership lease, then sets the store's fencing token.
   Status BecomeLeader();
-  // Renews the lease every leader_timeout / 4; exits the process at once when another
-  // server holds it or it could not be renewed for leader_timeout.
+  // Renews the lease every leader_timeout / 4 (on a connection of its own, so that a
+  // long load or commit never delays it); exits the process at once when another server
+  // holds it.
   void KeepLeadership();
+  // Exits the process the moment the lease this server last renewed may have run out,
+  // counted from before the renewal was sent, so never later than the database's own
+  // expiry: a leader cut off from PostgreSQL (whose calls hang rather than fail) stops
+  // deciding before a standby can take over.
+  void FenceOnLeaseExpiry();
   void Loop();
   void AlertLoop();
   // Deletes the logs that the retention options say to (PlanLogPruning).
@@ -147,9 +154,13 @@ class Server {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> stop_requested_{false};
   // Leadership, with a PostgreSQL store (BecomeLeader, KeepLeadership).
-  std::string self_id_;     // this process, in the lease: host/pid/random
-  std::string leader_url_;  // what this server advertises while it leads
+  std::string self_id_;                        // this process, in the lease: host/pid/random
+  std::string leader_url_;                     // what this server advertises while it leads
+  std::unique_ptr<store::Store> lease_store_;  // its own connection, for the lease only
+  // steady_clock nanoseconds after which this server's lease may have lapsed.
+  std::atomic<int64_t> lease_deadline_ns_{0};
   std::thread lease_thread_;
+  std::thread fence_thread_;
 };
 
 // On a store without users: creates the cluster admin "admin" and writes its token to
