@@ -220,6 +220,9 @@ Status Agent::Run() {
     Log("health check " + options_.health_check + ": running it before registering");
   }
   std::thread poller([this] { PollLoop(); });
+  // Fencing has a thread of its own: the main loop may wait seconds on a server that
+  // stopped answering, and the deadline does not.
+  std::thread fencer([this] { FenceLoop(); });
 
   Status result = Status::Ok();
   for (;;) {
@@ -272,6 +275,7 @@ Status Agent::Run() {
     }
     cv_.notify_all();
   }
+  fencer.join();
   for (;;) {
     TickTasks();
     bool all_exited = true;
@@ -333,12 +337,18 @@ Status Agent::Register() {
     std::lock_guard lock(mu_);
     body["tasks"] = TaskList(/*unacked_only=*/true);
   }
+  const Timestamp sent = Now();
   HttpReply reply = Post(false, "/api/v1/agent/register", body);
   Timestamp now = Now();
   if (reply.status == 200) {
     std::lock_guard lock(mu_);
     registered_ = true;
     failures_ = 0;
+    last_contact_ = sent;
+    if (auto it = reply.body.find("release_after_ms");
+        it != reply.body.end() && it->is_number_integer() && it->get<int64_t>() > 0) {
+      release_after_ = Duration(it->get<int64_t>());
+    }
     if (unreachable_logged_) Log("server reachable again");
     unreachable_logged_ = false;
     if (auto it = reply.body.find("heartbeat_interval_ms");
@@ -409,6 +419,7 @@ void Agent::Heartbeat() {
   next_heartbeat_ = now + heartbeat_interval_;
   if (reply.status == 200) {
     failures_ = 0;
+    last_contact_ = now;
     if (unreachable_logged_) Log("server reachable again");
     unreachable_logged_ = false;
     if (auto it = reply.body.find("ack"); it != reply.body.end() && it->is_array()) {
@@ -633,6 +644,44 @@ bool Agent::TickTasks() {
   gpus_->SetBusyGpus(busy);
   if (failed && health_checker_) health_checker_->Request("task-failed");
   return changed;
+}
+
+void Agent::FenceLoop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    FenceIfCutOffLocked();
+    cv_.wait_for(lock, kLoopTick, [this] { return stopping_; });
+  }
+}
+
+void Agent::FenceIfCutOffLocked() {
+  if (release_after_.count() <= 0 || last_contact_ == Timestamp{}) return;
+  const Timestamp now = Now();
+  const Duration silent = now - last_contact_;
+  // SIGTERM a third of the way before the server may release the node (at most 30 s
+  // before), SIGKILL halfway from there: gone before anything is started elsewhere.
+  const Duration margin = std::min<Duration>(release_after_ / 3, Duration(30'000));
+  if (silent < release_after_ - margin) return;
+  int fenced = 0;
+  for (auto& [id, t] : tasks_) {
+    if (!t.process || t.process->exited()) continue;
+    if (t.status.fenced) {
+      t.process->Tick(now);  // the SIGKILL when due, whatever the main loop waits on
+      continue;
+    }
+    if (t.orphan) continue;
+    t.status.fenced = true;
+    t.status.message = "stopped by its agent: no contact with the server for " +
+                       FormatDuration(silent) + ", and the server gives a silent node's work " +
+                       "to other nodes after " + FormatDuration(release_after_);
+    t.process->Stop(margin / 2, now);
+    ++fenced;
+  }
+  if (fenced > 0) {
+    Log("no contact with the server for " + FormatDuration(silent) + ": stopping " +
+        std::to_string(fenced) + " task(s) (SIGTERM, SIGKILL after " + FormatDuration(margin / 2) +
+        ") before it gives their work to other nodes at " + FormatDuration(release_after_));
+  }
 }
 
 void Agent::UpdateFaults() {

@@ -176,6 +176,12 @@ class Agent {
   // fault files whose effects changed.
   void UpdateFaults();
   bool TickTasks();  // returns true when a task changed state
+  // Stops every task (SIGTERM, SIGKILL later) once the server has not been reached for
+  // nearly the time after which it gives this node's work to other nodes
+  // (release_after_): a requeued job never runs here and elsewhere at once. The tasks
+  // are reported as fenced when the server answers again. REQUIRES: mu_ held.
+  void FenceIfCutOffLocked();
+  void FenceLoop();  // FenceIfCutOffLocked every loop tick, on a thread of its own
   // Starts periodic health checks when due; notices a new result (a changed one makes
   // the next heartbeat go at once). Main loop only.
   void TickHealthCheck();
@@ -224,6 +230,11 @@ class Agent {
   Timestamp next_heartbeat_{};
   Timestamp next_ship_{};
   bool unreachable_logged_ = false;
+  // From the server's registration reply: how long after the last heartbeat it received
+  // it may give this node's work away; zero: never (an older server), no fencing.
+  Duration release_after_{0};  // GUARDED_BY(mu_)
+  Timestamp last_contact_{};   // GUARDED_BY(mu_): when the last answered heartbeat (or
+                               // registration) was sent
   std::unique_ptr<HealthChecker> health_checker_;  // during Run, when configured
   Timestamp next_health_check_{};
   int64_t health_runs_seen_ = 0;

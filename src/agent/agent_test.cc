@@ -75,6 +75,12 @@ class FakeServer {
     stop_on_register_ = std::move(stop_on_register);
   }
 
+  // What registrations are told of release_after_ms (0: not said, as an older server).
+  void SetReleaseAfter(int64_t ms) {
+    std::lock_guard lock(mu_);
+    release_after_ms_ = ms;
+  }
+
   // A standby control plane: every agent call gets 503 naming the leader (docs/ha.md);
   // "" makes this server lead again.
   void BeStandby(std::string leader) {
@@ -166,7 +172,9 @@ class FakeServer {
       registers_.push_back(body);
       known_.insert(body["node"]["name"].get<std::string>());
       Record(body["tasks"]);
-      Reply(res, 200, {{"heartbeat_interval_ms", 100}, {"stop", stop_on_register_}});
+      json reply = {{"heartbeat_interval_ms", 100}, {"stop", stop_on_register_}};
+      if (release_after_ms_ > 0) reply["release_after_ms"] = release_after_ms_;
+      Reply(res, 200, reply);
     });
     s.Post("/api/v1/agent/heartbeat", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Authorised(req, res)) return;
@@ -238,6 +246,7 @@ class FakeServer {
   std::condition_variable cv_;
   std::set<std::string> known_;
   std::string standby_for_;
+  int64_t release_after_ms_ = 0;
   std::vector<std::string> stop_on_register_;
   std::deque<json> commands_;
   std::vector<json> registers_;
@@ -505,6 +514,88 @@ TEST_F(AgentTest, KeepsTasksRunningWhileTheServerIsDownAndReportsLater) {
   EXPECT_TRUE(WaitUntil([&] { return server_.log("5.1.0") == "hello\ngpus=1\n"; }))
       << server_.log("5.1.0");
   EXPECT_EQ(server_.registers().size(), 1u) << "the server kept the node; no new registration";
+}
+
+// The server gives a silent node's work to others release_after_ms after its last
+// heartbeat; the agent has stopped its tasks by then (SIGTERM a third before, at most
+// 30 s; SIGKILL halfway from there), and says so when the server answers again.
+TEST_F(AgentTest, StopsItsTasksBeforeTheServerGivesTheirWorkAway) {
+  server_.SetReleaseAfter(60'000);
+  AgentOptions o = Options();
+  o.now = Clock();
+  StartAgent(std::move(o));
+  server_.Push(StartCommand("5.1.0"));
+  // One that ignores SIGTERM: it gets SIGKILL.
+  json stubborn = StartCommand("5.1.1");
+  stubborn["task"]["argv"] = {"/bin/sh", "-c", "trap '' TERM; while true; do sleep 0.05; done"};
+  server_.Push(stubborn);
+  ASSERT_TRUE(WaitUntil([&] {
+    return server_.task("5.1.0").value("state", "") == "running" &&
+           server_.task("5.1.1").value("state", "") == "running";
+  }));
+  server_.Stop();
+  Advance(std::chrono::seconds(35));  // 35 s < 60 s - 20 s: keep running
+  std::this_thread::sleep_for(milliseconds(300));
+  for (const auto& t : agent_->Tasks()) EXPECT_EQ(t.state, TaskState::kRunning) << t.task_id;
+
+  Advance(std::chrono::seconds(6));  // 41 s: SIGTERM
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const auto& t : agent_->Tasks()) {
+      if (t.task_id == "5.1.0") return t.state == TaskState::kExited;
+    }
+    return false;
+  }));
+  std::this_thread::sleep_for(milliseconds(300));
+  for (const auto& t : agent_->Tasks()) {
+    EXPECT_TRUE(t.fenced) << t.task_id;
+    if (t.task_id == "5.1.0") {
+      EXPECT_EQ(t.signal, SIGTERM);
+    } else {
+      EXPECT_EQ(t.state, TaskState::kRunning) << "SIGTERM ignored";
+    }
+  }
+  Advance(std::chrono::seconds(11));  // 52 s: SIGKILL, 8 s before the server may release
+  ASSERT_TRUE(WaitUntil([&] {
+    auto tasks = agent_->Tasks();
+    return std::all_of(tasks.begin(), tasks.end(),
+                       [](const TaskStatus& t) { return t.state == TaskState::kExited; });
+  }));
+  for (const auto& t : agent_->Tasks()) {
+    if (t.task_id == "5.1.1") {
+      EXPECT_EQ(t.signal, SIGKILL);
+    }
+  }
+
+  server_.Start();
+  ASSERT_TRUE(WaitUntil([&] {
+    return server_.task("5.1.0").value("state", "") == "exited" &&
+           server_.task("5.1.1").value("state", "") == "exited";
+  }));
+  for (const char* id : {"5.1.0", "5.1.1"}) {
+    json t = server_.task(id);
+    EXPECT_EQ(t["fenced"], true) << id;
+    EXPECT_THAT(t["message"].get<std::string>(),
+                ::testing::HasSubstr("no contact with the server for"))
+        << id;
+  }
+}
+
+TEST_F(AgentTest, WithoutReleaseAfterFromTheServerTasksRunOnWhileItIsAway) {
+  AgentOptions o = Options();
+  o.now = Clock();
+  StartAgent(std::move(o));
+  server_.Push(StartCommand("5.1.0"));
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "running"; }));
+  server_.Stop();
+  Advance(std::chrono::hours(1));
+  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_EQ(agent_->Tasks().size(), 1u);
+  EXPECT_EQ(agent_->Tasks()[0].state, TaskState::kRunning);
+  EXPECT_FALSE(agent_->Tasks()[0].fenced);
+  server_.Start();
+  Go();
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("5.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("5.1.0")["fenced"], false);
 }
 
 TEST_F(AgentTest, PreemptWritesTheNoticeAndSignalsTheTask) {

@@ -104,7 +104,8 @@ json ToJson(const TaskStatus& t) {
           {"finished_ms", ToMs(t.finished)},
           {"exit_code", t.exit_code},
           {"signal", t.signal},
-          {"message", t.message}};
+          {"message", t.message},
+          {"fenced", t.fenced}};
 }
 
 Result<Command> ParseCommand(const json& j) {

@@ -36,6 +36,7 @@ struct TaskStatus {
   int exit_code = 0;     // -1 when killed by a signal
   int signal = 0;
   std::string message;
+  bool fenced = false;  // stopped by the agent for want of contact (Agent::FenceIfCutOff)
 };
 nlohmann::json ToJson(const TaskStatus& t);
 

@@ -34,6 +34,7 @@ struct ServerFlags {
   std::string join_token;
   std::string policy;  // KEY=VALUE,...
   std::string node_timeout = "15s";
+  std::string node_lost_grace = "2m";  // NotReady this long: its gangs are requeued
   std::string leader_timeout = "10s";  // the leadership lease, with a PostgreSQL store
   std::string advertise_url;           // what standbys send clients to; empty: our URL
   std::string allowed_dirs;            // DIR[,DIR...]; empty: anywhere
@@ -144,6 +145,14 @@ Result<server::ServerOptions> MakeServerOptions(const ServerFlags& f, int defaul
   if (o.node_timeout.count() < 1000) {
     return InvalidArgument("--node-timeout: at least 1s, got " + f.node_timeout);
   }
+  auto grace = ParseDuration(f.node_lost_grace);
+  if (!grace.ok() || grace->count() < 0 || grace->count() > 7LL * 24 * 3600 * 1000) {
+    return InvalidArgument(
+        "--node-lost-grace: expected a duration from 0s (give a silent node's jobs up at "
+        "once) to 7d, such as 2m, got " +
+        QuoteForMessage(f.node_lost_grace));
+  }
+  o.node_lost_grace = *grace;
   auto retention = ParseDuration(f.log_retention);
   if (!retention.ok() || retention->count() < 0) {
     return InvalidArgument(
@@ -213,6 +222,11 @@ void AddServerFlags(CLI::App* cmd, ServerFlags& f) {
                   "first-fit,preemption=lost-work|none,backfill=true|false");
   cmd->add_option("--node-timeout", f.node_timeout,
                   "A node without heartbeat this long is NotReady")
+      ->capture_default_str();
+  cmd->add_option("--node-lost-grace", f.node_lost_grace,
+                  "How long jobs on a NotReady node keep running before they are given up "
+                  "and requeued; agents out of contact stop their tasks before then "
+                  "(docs/ha.md)")
       ->capture_default_str();
   cmd->add_option("--allowed-dirs", f.allowed_dirs,
                   "DIR[,DIR...]: every path a job names (working_dir, checkpoint.dir, output, "

@@ -152,6 +152,12 @@ TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
   EXPECT_EQ(short_lease.code, kExitUsage);
   EXPECT_THAT(short_lease.err,
               HasSubstr("--leader-timeout: expected a duration from 500ms to 10m, got \"10ms\""));
+  for (const char* grace : {"soon", "-1s", "8d"}) {
+    CliRun bad_grace = server({"--node-lost-grace", grace});
+    EXPECT_EQ(bad_grace.code, kExitUsage) << grace;
+    EXPECT_THAT(bad_grace.err, HasSubstr("--node-lost-grace: expected a duration from 0s"));
+    EXPECT_THAT(bad_grace.err, HasSubstr(std::string("got \"") + grace + "\""));
+  }
   CliRun advertise = server({"--advertise-url", "ftp://cp1:8470"});
   EXPECT_EQ(advertise.code, kExitUsage);
   EXPECT_THAT(advertise.err, HasSubstr("--advertise-url: expected http://HOST:PORT"));

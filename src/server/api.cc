@@ -2154,7 +2154,9 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     auto reply = cluster.Register(*reg);
     if (!reply.ok()) return SendError(res, reply.status());
     SendJson(res, 200,
-             {{"heartbeat_interval_ms", reply->heartbeat_interval.count()}, {"stop", reply->stop}});
+             {{"heartbeat_interval_ms", reply->heartbeat_interval.count()},
+              {"release_after_ms", reply->release_after.count()},
+              {"stop", reply->stop}});
   });
   http.Post(v1 + "/agent/heartbeat",
             [&cluster, authorized, alerting](const Request& req, Response& res) {

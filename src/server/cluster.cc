@@ -103,6 +103,12 @@ struct NodeEntry {
   bool healthy = true;
   std::string health_message;
   Timestamp last_heartbeat{};
+  // Marked NotReady for want of heartbeats (Tick), and since when; its gangs were given
+  // up after node_timeout + node_lost_grace (released). Cleared when its agent
+  // registers again.
+  bool unreachable = false;
+  Timestamp unreachable_at{};
+  bool released = false;
   std::vector<GpuTelemetry> telemetry;  // from the last heartbeat
   std::vector<LinkTelemetry> links;
   std::vector<DiskTelemetry> disks;
@@ -431,8 +437,13 @@ class Cluster::Impl {
   // Moves the job on from what its ranks report: Running when all run; stop the
   // gang when one fails; end the attempt when all are done. Commits what it changes.
   Status EvaluateLocked(JobId id);
+  // A rank the agent stopped itself when it lost contact (fenced) becomes Gone: the gang
+  // is given up as Lost (ReportedRankLocked), not failed.
   void UpdateRankLocked(const JobSpec& spec, Rank& r, const TaskStatus& t) {
-    if (t.state == "exited") {
+    if (t.state == "exited" && t.fenced) {
+      r.state = RankState::kGone;
+      r.message = RedactSecretValues(spec, t.message);
+    } else if (t.state == "exited") {
       r.state = RankState::kExited;
       r.exit_code = t.exit_code;
       r.signal = t.signal;
@@ -1728,6 +1739,17 @@ Status Cluster::Impl::EvaluateLocked(JobId id) {
     if (!r.message.empty()) m += ": " + r.message;
     return m;
   };
+  if (g.stopping == Stopping::kNone && e.job.state != JobState::kPreempting) {
+    // A rank its agent stopped after losing contact (fenced): the node's work was
+    // given up, as when the server gives it up itself (Tick).
+    for (const Rank& r : g.ranks) {
+      if (r.state != RankState::kGone) continue;
+      TY_RETURN_IF_ERROR(
+          StopGangLocked(e, Stopping::kLost,
+                         "rank " + std::to_string(r.rank) + " on " + r.node + ": " + r.message));
+      break;
+    }
+  }
   if (!all_done) {
     if (g.stopping == Stopping::kNone && e.job.state != JobState::kPreempting && failed) {
       g.failure_code = failed->signal ? -failed->signal : failed->exit_code;
@@ -1846,7 +1868,11 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
   n.node = incoming;
   n.address = reg.address;
   n.simulated = reg.simulated;
+  const bool was_unreachable = n.unreachable && !n.released;
+  const Timestamp unreachable_at = n.unreachable_at;
   n.connected = true;
+  n.unreachable = false;
+  n.released = false;
   n.healthy = true;
   n.last_heartbeat = now;
   n.commands.clear();
@@ -1879,6 +1905,7 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
   SyncFaultsLocked(/*force_node_resend=*/false, name);
   RegisterReply reply;
   reply.heartbeat_interval = opt_.heartbeat_interval;
+  reply.release_after = opt_.node_timeout + opt_.node_lost_grace;
   std::set<JobId> touched;
   std::set<std::string> reported;
   for (const TaskStatus& t : reg.tasks) {
@@ -1921,6 +1948,17 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
     }
   }
   if (!n.commands.empty()) n.poll_cv->notify_all();  // starts sent again, above
+  if (was_unreachable) {
+    store::WriteBatch b;
+    for (JobId id : touched) {
+      const JobEntry& e = jobs_[id];
+      if (e.gang->stopping != Stopping::kNone || e.job.state == JobState::kPreempting) continue;
+      b.AppendEvent(id, now, "server", "NodeReachable",
+                    "node " + name + " back after " + FormatDuration(now - unreachable_at) +
+                        " NotReady; the job kept running");
+    }
+    if (!b.empty()) TY_RETURN_IF_ERROR(CommitLocked(b));
+  }
   for (JobId id : touched) TY_RETURN_IF_ERROR(EvaluateLocked(id));
   dirty_ = true;
   cv_.notify_all();
@@ -2019,14 +2057,36 @@ Status Cluster::Impl::Tick() {
   std::lock_guard lk(mu_);
   const Timestamp now = clock_->Now();
   for (auto& [name, n] : nodes_) {
-    const bool expired = now - n.last_heartbeat > opt_.node_timeout;
-    if (!expired || (!n.connected && n.node.state == NodeState::kNotReady)) continue;
-    n.connected = false;
-    n.commands.clear();
-    n.poll_cv->notify_all();
-    const std::string why = "no heartbeat for " + FormatDuration(now - n.last_heartbeat);
-    TY_RETURN_IF_ERROR(SyncNodeLocked(n, why));
-    dirty_ = true;
+    const Duration silent = now - n.last_heartbeat;
+    if (silent <= opt_.node_timeout) continue;
+    if (n.connected) {
+      n.connected = false;
+      n.unreachable = true;
+      n.unreachable_at = now;
+      n.commands.clear();
+      n.poll_cv->notify_all();
+      TY_RETURN_IF_ERROR(SyncNodeLocked(n, "no heartbeat for " + FormatDuration(silent)));
+      dirty_ = true;
+      if (opt_.node_lost_grace.count() > 0) {
+        // Its gangs keep running for the grace; say so on each.
+        store::WriteBatch b;
+        const std::string message =
+            "node " + name + " not heard from for " + FormatDuration(silent) +
+            "; the job keeps running there and is given up if the node is still silent in " +
+            FormatDuration(opt_.node_lost_grace);
+        for (auto& [id, e] : jobs_) {
+          if (!e.gang) continue;
+          if (std::any_of(e.gang->ranks.begin(), e.gang->ranks.end(),
+                          [&](const Rank& r) { return r.node == name && !Done(r.state); })) {
+            b.AppendEvent(id, now, "server", "NodeUnreachable", message);
+          }
+        }
+        if (!b.empty()) TY_RETURN_IF_ERROR(CommitLocked(b));
+      }
+    }
+    if (n.released || silent <= opt_.node_timeout + opt_.node_lost_grace) continue;
+    n.released = true;
+    const std::string why = "no heartbeat for " + FormatDuration(silent);
     for (auto& [id, e] : jobs_) {
       if (!e.gang) continue;
       bool hit = false;

@@ -61,7 +61,13 @@ inline constexpr const char* kArrayIndexLabel = "trainyard.dev/array-index";
 
 struct ClusterOptions {
   sched::Policy policy;
-  Duration node_timeout{15'000};       // no heartbeat this long: the node is NotReady
+  Duration node_timeout{15'000};  // no heartbeat this long: the node is NotReady
+  // How long after a node went NotReady its gangs are given up (Lost, their other ranks
+  // stopped, requeued). Until then they stay Running: a partition or a server outage
+  // shorter than node_timeout + node_lost_grace costs no work. Agents are told the sum
+  // (RegisterReply::release_after) and stop their tasks themselves before it runs out
+  // without contact, so a requeued job never runs twice at once.
+  Duration node_lost_grace{120'000};
   Duration heartbeat_interval{1'000};  // told to agents on register
   Duration stop_grace{10'000};         // SIGTERM -> SIGKILL for `stop` commands
   Duration start_resend{15'000};       // a rank not reported this long after its start: resend
@@ -161,6 +167,9 @@ struct SubmitOptions {
 
 struct RegisterReply {
   Duration heartbeat_interval{1000};
+  // node_timeout + node_lost_grace: how long after its last heartbeat the node's work
+  // may be given to others. The agent has stopped its tasks by then.
+  Duration release_after{135'000};
   std::vector<std::string> stop;
 };
 

@@ -13,9 +13,11 @@
 namespace trainyard::server {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 JobSpec Spec(const std::string& yaml) {
@@ -295,7 +297,17 @@ TEST_F(ClusterTest, ProfileCommandsGoToTheAskedRanksOfARunningGang) {
   EXPECT_THAT(Commands(n1 == "node-1" ? "node-0" : "node-1"), IsEmpty());
 }
 
-TEST_F(ClusterTest, NodeTimeoutTearsDownTheGangAndRequeuesIt) {
+std::vector<std::string> EventKinds(Cluster& c, JobId id) {
+  std::vector<std::string> out;
+  auto events = c.ListEvents(id, 0, 100);
+  EXPECT_TRUE(events.ok()) << events.status().ToString();
+  if (events.ok()) {
+    for (const auto& e : events->events) out.push_back(e.kind);
+  }
+  return out;
+}
+
+TEST_F(ClusterTest, NodeTimeoutThenGraceTearsDownTheGangAndRequeuesIt) {
   ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
   ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
   JobId id = Submit(kGang);
@@ -310,11 +322,26 @@ TEST_F(ClusterTest, NodeTimeoutTearsDownTheGangAndRequeuesIt) {
   Beat("node-0", {Task(c0[0], "running")});
   ASSERT_TRUE(cluster_->Tick().ok());
   EXPECT_EQ(State(id), JobState::kRunning);
+  // node_timeout (15 s) without a heartbeat: node-1 is NotReady, but its gang keeps
+  // running for node_lost_grace (2 min), and the job says so.
   clock_.Advance(Duration(6'000));
   ASSERT_TRUE(cluster_->Tick().ok());
-  EXPECT_EQ(State(id), JobState::kLost);
   auto nodes = cluster_->ListNodes();
   EXPECT_EQ(nodes[1].node.state, NodeState::kNotReady);
+  EXPECT_EQ(State(id), JobState::kRunning);
+  EXPECT_THAT(EventKinds(*cluster_, id), Contains("NodeUnreachable"));
+  EXPECT_THAT(Commands("node-0"), IsEmpty());
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(Duration(10'000));
+    Beat("node-0", {Task(c0[0], "running")});
+    ASSERT_TRUE(cluster_->Tick().ok());
+    ASSERT_EQ(State(id), JobState::kRunning) << "after " << 16 + 10 * (i + 1) << " s";
+  }
+  // 136 s > 15 s + 2 min: given up.
+  clock_.Advance(Duration(10'000));
+  Beat("node-0", {Task(c0[0], "running")});
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(State(id), JobState::kLost);
   auto stop = Commands("node-0");
   ASSERT_THAT(stop, SizeIs(1));
   EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
@@ -330,6 +357,106 @@ TEST_F(ClusterTest, NodeTimeoutTearsDownTheGangAndRequeuesIt) {
   Heartbeat hb;
   hb.node = "node-1";
   EXPECT_EQ(cluster_->HandleHeartbeat(hb).status().code(), StatusCode::kNotFound);
+  // When it does, its old rank is told to stop; the job is not touched.
+  Registration back = Node("node-1", 4, "10.0.0.2");
+  back.tasks = {Task(c1[0], "running")};
+  auto reply = cluster_->Register(back);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_THAT(reply->stop, ElementsAre(c1[0].start.task_id));
+  EXPECT_EQ(Stored(id).attempts.size(), 1u);
+}
+
+TEST_F(ClusterTest, NodeBackWithinTheGraceKeepsItsJobRunning) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  auto first = cluster_->Register(Node("node-1", 4, "10.0.0.2"));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->release_after, Duration(135'000));  // node_timeout + node_lost_grace
+  JobId id = Submit(kGang);
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  Beat("node-0", {Task(c0[0], "running")});
+  Beat("node-1", {Task(c1[0], "running")});
+  // A partition of node-1 for 100 s.
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(Duration(10'000));
+    Beat("node-0", {Task(c0[0], "running")});
+    ASSERT_TRUE(cluster_->Tick().ok());
+  }
+  EXPECT_EQ(cluster_->ListNodes()[1].node.state, NodeState::kNotReady);
+  EXPECT_EQ(State(id), JobState::kRunning);
+  // Back: its agent registers again with the rank still running.
+  Registration back = Node("node-1", 4, "10.0.0.2");
+  back.tasks = {Task(c1[0], "running")};
+  auto reply = cluster_->Register(back);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_THAT(reply->stop, IsEmpty());
+  EXPECT_EQ(cluster_->ListNodes()[1].node.state, NodeState::kReady);
+  EXPECT_EQ(State(id), JobState::kRunning);
+  EXPECT_THAT(EventKinds(*cluster_, id),
+              ElementsAre("Submitted", "Bound", "Running", "NodeUnreachable", "NodeReachable"));
+  // Long after, nothing is given up: the node is heard from again.
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(Duration(10'000));
+    Beat("node-0", {Task(c0[0], "running")});
+    Beat("node-1", {Task(c1[0], "running")});
+    ASSERT_TRUE(cluster_->Tick().ok());
+  }
+  EXPECT_EQ(State(id), JobState::kRunning);
+  EXPECT_THAT(Commands("node-0"), IsEmpty());
+  EXPECT_EQ(Stored(id).attempts.size(), 1u);
+}
+
+TEST_F(ClusterTest, RankItsAgentFencedGivesTheGangUpAsLostWithoutARetry) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(
+      "name: gang\nreplicas: 2\nresources: {gpus: 4, gpu_type: H100}\n"
+      "command: [x]\nretry: {max: 0}\n");
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  Beat("node-0", {Task(c0[0], "running")});
+  Beat("node-1", {Task(c1[0], "running")});
+  // node-1's agent lost contact, stopped its rank itself, and registers again (this
+  // server, say, was down meanwhile and never marked the node).
+  TaskStatus fenced = Task(c1[0], "exited", -1, 15);
+  fenced.fenced = true;
+  fenced.message = "stopped by its agent: no contact with the server for 1m50s";
+  Registration back = Node("node-1", 4, "10.0.0.2");
+  back.tasks = {fenced};
+  ASSERT_TRUE(cluster_->Register(back).ok());
+  EXPECT_EQ(State(id), JobState::kLost);
+  auto stop = Commands("node-0");
+  ASSERT_THAT(stop, SizeIs(1));
+  EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
+  Beat("node-0", {Task(c0[0], "exited", -1, 15)});
+  Job j = Stored(id);
+  EXPECT_EQ(j.state, JobState::kPending);  // a lost node's job, not a failed one
+  EXPECT_EQ(j.retries, 0);
+  EXPECT_EQ(j.attempts[0].exit_reason, ExitReason::kNodeLost);
+  EXPECT_THAT(j.attempts[0].message, HasSubstr("no contact with the server"));
+}
+
+TEST_F(ClusterTest, ZeroNodeLostGraceGivesTheGangUpAtTheTimeout) {
+  options_.node_lost_grace = Duration(0);
+  Open();
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  JobId id = Submit(kGang);
+  Pass();
+  auto c0 = Commands("node-0");
+  auto c1 = Commands("node-1");
+  Beat("node-0", {Task(c0[0], "running")});
+  Beat("node-1", {Task(c1[0], "running")});
+  clock_.Advance(Duration(10'000));
+  Beat("node-0", {Task(c0[0], "running")});
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(State(id), JobState::kRunning);
+  clock_.Advance(Duration(6'000));
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(State(id), JobState::kLost);
+  EXPECT_THAT(EventKinds(*cluster_, id), Not(Contains("NodeUnreachable")));
 }
 
 TEST_F(ClusterTest, RestartRebuildsPlacementsAndAdoptsRunningTasks) {
@@ -392,6 +519,9 @@ TEST_F(ClusterTest, NodeThatNeverReturnsAfterRestartTimesOut) {
   Beat("node-0", {Task(c0[0], "running")});
   Open();
   clock_.Advance(Duration(16'000));
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(Stored(id).state, JobState::kRunning);  // the node's grace has begun
+  clock_.Advance(Duration(120'000));
   ASSERT_TRUE(cluster_->Tick().ok());
   EXPECT_EQ(Stored(id).state, JobState::kPending);
 }

@@ -91,6 +91,7 @@ Result<TaskStatus> ParseTaskStatus(const json& j, const std::string& path) {
   TY_RETURN_IF_ERROR(f.Integer("exit_code", t.exit_code));
   TY_RETURN_IF_ERROR(f.Integer("signal", t.signal));
   TY_RETURN_IF_ERROR(f.Str("message", t.message));
+  TY_RETURN_IF_ERROR(f.Bool("fenced", t.fenced));
   return t;
 }
 

@@ -35,6 +35,10 @@ struct TaskStatus {
   int32_t exit_code = 0;
   int32_t signal = 0;
   std::string message;
+  // The agent stopped it itself after losing contact with the server for longer than
+  // the node-lost grace (RegisterReply::release_after): the node's work was given up,
+  // not failed.
+  bool fenced = false;
 };
 
 // The latest result of the node's health-check program (agent --health-check).

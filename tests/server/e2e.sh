@@ -144,7 +144,7 @@ command: ["/bin/sh", "-c", "echo attempt=$TRAINYARD_ATTEMPT resume=$TRAINYARD_RE
   curl -H "Authorization: Bearer $(cat "$D/token")" -sf -X POST "$(cat "$D/server.url")/api/v1/jobs/$id/checkpoint" -d '{"path": "/ck/one", "step": 1}' >/dev/null
   node=$(job_field "$id" 'j["attempts"][0]["nodes"][0]')
   kill -9 "${AGENT_PID[$node]}"
-  for _ in $(seq 200); do
+  for _ in $(seq 400); do  # node timeout 3 s + lost-node grace 8 s, then a pass
     [[ $(job_field "$id" 'len(j["attempts"])') == 2 ]] && break
     sleep 0.1
   done

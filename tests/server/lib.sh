@@ -31,8 +31,11 @@ fail() {
 SERVER_PID=
 start_server() {  # [PORT]: 0 (any) by default
   rm -f "$D/server.url"
+  # A lost node's jobs are requeued NODE_TIMEOUT + NODE_LOST_GRACE after its last
+  # heartbeat (its agent stops them itself two thirds of the way): long enough to ride
+  # out the server restarts the tests make, short enough for the agent-loss case.
   "$T" server --data-dir "$D" --port "${1:-0}" --node-timeout "${NODE_TIMEOUT:-3s}" \
-    --policy min_runtime=0s ${SERVER_FLAGS[@]+"${SERVER_FLAGS[@]}"} >"$WORK/server.log" 2>&1 &
+    --node-lost-grace "${NODE_LOST_GRACE:-8s}" --policy min_runtime=0s ${SERVER_FLAGS[@]+"${SERVER_FLAGS[@]}"} >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   for _ in $(seq 200); do
