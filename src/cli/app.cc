@@ -12,6 +12,7 @@
 #include "cli/sched_cmd.h"
 #include "cli/server_cmd.h"
 #include "cli/sim_cmd.h"
+#include "cli/store_cmd.h"
 #include "cli/validate.h"
 #include "cli/version.h"
 #include "core/names.h"
@@ -56,6 +57,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   AddSimCommand(app, exit_code, out, err);
   AddAgentCommand(app, exit_code, out, err);
   AddServerCommand(app, exit_code, out, err);
+  AddStoreCommand(app, exit_code, out, err);
   AddUpCommand(app, exit_code, out, err);
   AddClientCommands(app, exit_code, out, err);
   AddRunsCommands(app, exit_code, out, err);

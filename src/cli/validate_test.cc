@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "cli/app.h"
+#include "store/sqlite_store.h"
+#include "store/testing.h"
 
 namespace trainyard::cli {
 namespace {
@@ -168,6 +170,46 @@ TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
   EXPECT_THAT(agent.err, HasSubstr("--server: expected http://HOST:PORT or https://HOST:PORT "
                                    "(several separated by commas), got \"ftp://b\""));
   std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, StoreCopyCopiesIntoAnEmptyStoreAndSaysWhatWhenItCannot) {
+  store::test::TempDir dir;
+  const std::string a = dir.File("a.db"), b = dir.File("b.db");
+  {
+    auto s = store::SqliteStore::Open(a);
+    ASSERT_TRUE(s.ok());
+    auto first = (*s)->ReserveJobIds(3);
+    ASSERT_TRUE(first.ok());
+    store::WriteBatch batch;
+    batch.PutTenant(Tenant{"research", ""});
+    batch.PutQueue(Queue{"vision", "research", "", 8, 16, 1.0});
+    batch.PutJob(store::test::TestJob(*first, "one"));
+    batch.AppendEvent(*first, store::test::At(5), "user:ann", "Submitted", "");
+    ASSERT_TRUE((*s)->Commit(batch).ok());
+  }
+  CliRun ok = Cli({"store", "copy", "--from", "sqlite:" + a, "--to", "sqlite:" + b});
+  EXPECT_EQ(ok.code, kExitOk) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("copied sqlite:" + a + " to sqlite:" + b));
+  EXPECT_THAT(ok.out, HasSubstr("and checked it: 1 jobs, 1 events, 0 audit entries, 0 nodes, "
+                                "1 tenants, 1 queues"));
+  EXPECT_THAT(ok.out, HasSubstr("new jobs get ids from 4"));
+  CliRun full = Cli({"store", "copy", "--from", "sqlite:" + a, "--to", "sqlite:" + b});
+  EXPECT_EQ(full.code, kExitFailure);
+  EXPECT_THAT(full.err, HasSubstr("is not empty (jobs, 1 tenant(s), 1 queue(s))"));
+  CliRun missing = Cli({"store", "copy", "--from", "sqlite:" + dir.File("nope.db"), "--to",
+                        "sqlite:" + dir.File("c.db")});
+  EXPECT_EQ(missing.code, kExitFailure);
+  EXPECT_THAT(missing.err, HasSubstr("--from " + dir.File("nope.db") + ": no such file"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("c.db"))) << "nothing is created then";
+  CliRun bogus = Cli({"store", "copy", "--from", "sqlite:" + a, "--to", "mysql://db/x"});
+  EXPECT_EQ(bogus.code, kExitUsage);
+  EXPECT_THAT(bogus.err, HasSubstr("--to: expected sqlite:PATH or postgres://"));
+  CliRun same = Cli({"store", "copy", "--from", "sqlite:" + a, "--to", "sqlite:" + a});
+  EXPECT_EQ(same.code, kExitUsage);
+  EXPECT_THAT(same.err, HasSubstr("--from and --to name the same store"));
+  CliRun no_to = Cli({"store", "copy", "--from", "sqlite:" + a});
+  EXPECT_EQ(no_to.code, kExitUsage);
+  EXPECT_THAT(no_to.err, HasSubstr("--to"));
 }
 
 TEST(ValidateCommandTest, SecretEnvValuesArePrintedRedacted) {

@@ -160,6 +160,12 @@ Result<StoreUrl> ParseStoreUrl(const std::string& text) {
               : QuoteForMessage(text)));
 }
 
+Result<std::unique_ptr<store::Store>> OpenStore(const StoreUrl& where,
+                                                const std::string& data_dir) {
+  if (where.kind == StoreUrl::Kind::kPostgres) return store::PostgresStore::Open(where.conninfo);
+  return store::SqliteStore::Open(where.path.empty() ? data_dir + "/state.db" : where.path);
+}
+
 Server::Server(ServerOptions options) : opt_(std::move(options)) {}
 
 Server::~Server() { Stop(); }
@@ -189,17 +195,14 @@ Status Server::Start() {
     TY_ASSIGN_OR_RETURN(token_, LoadOrCreateJoinToken(opt_.data_dir));
   }
   TY_ASSIGN_OR_RETURN(StoreUrl where, ParseStoreUrl(opt_.store));
+  TY_ASSIGN_OR_RETURN(store_, OpenStore(where, opt_.data_dir));
   if (where.kind == StoreUrl::Kind::kPostgres) {
-    TY_ASSIGN_OR_RETURN(store_, store::PostgresStore::Open(where.conninfo));
-    TY_ASSIGN_OR_RETURN(lease_store_, store::PostgresStore::Open(where.conninfo));
+    TY_ASSIGN_OR_RETURN(lease_store_, OpenStore(where, opt_.data_dir));
     TY_RETURN_IF_ERROR(BecomeLeader());
     // Renewing starts now, before the state is loaded: a load longer than the lease
     // must not cost the leadership just won.
     lease_thread_ = std::thread([this] { KeepLeadership(); });
     fence_thread_ = std::thread([this] { FenceOnLeaseExpiry(); });
-  } else {
-    TY_ASSIGN_OR_RETURN(store_, store::SqliteStore::Open(
-                                    where.path.empty() ? opt_.data_dir + "/state.db" : where.path));
   }
   ClusterOptions copt;
   copt.policy = opt_.policy;

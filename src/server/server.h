@@ -99,6 +99,9 @@ struct StoreUrl {
   std::string conninfo;  // kPostgres: the URI as given
 };
 Result<StoreUrl> ParseStoreUrl(const std::string& text);
+// Opens the store `where` names; a SQLite store without a path is DATA_DIR/state.db
+// under `data_dir`.
+Result<std::unique_ptr<store::Store>> OpenStore(const StoreUrl& where, const std::string& data_dir);
 
 class Server {
  public:
