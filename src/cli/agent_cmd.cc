@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -117,10 +118,32 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
     TY_RETURN_IF_ERROR(http::CheckCaFile("--ca-cert", f.ca_cert));
     o.ca_cert = std::filesystem::absolute(f.ca_cert).lexically_normal().string();
   }
-  if (f.join_token.empty()) {
-    return InvalidArgument("--join-token: must not be empty (the token the server printed)");
+  if (!f.join_token.empty() && !f.join_token_file.empty()) {
+    return InvalidArgument("--join-token and --join-token-file: give one of them, not both");
   }
-  o.join_token = f.join_token;
+  if (!f.join_token_file.empty()) {
+    std::ifstream in(f.join_token_file);
+    std::string token;
+    if (!in || !std::getline(in, token)) {
+      return InvalidArgument("--join-token-file: cannot read " +
+                             QuoteForMessage(f.join_token_file));
+    }
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+      token.pop_back();
+    }
+    if (token.empty()) {
+      return InvalidArgument("--join-token-file: " + QuoteForMessage(f.join_token_file) +
+                             " starts with an empty line; expected the token the server wrote "
+                             "to DATA_DIR/join-token");
+    }
+    o.join_token = token;
+  } else if (f.join_token.empty()) {
+    return InvalidArgument(
+        "--join-token or --join-token-file: one is required (the token the server printed, or "
+        "a file holding it such as the server's DATA_DIR/join-token)");
+  } else {
+    o.join_token = f.join_token;
+  }
   TY_RETURN_IF_ERROR(ValidateName("--name", f.name));
   o.node_name = f.name;
   if (f.data_dir.empty()) return InvalidArgument("--data-dir: must not be empty");
@@ -291,8 +314,12 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
   cmd->add_option("--ca-cert", o->ca_cert,
                   "PEM file of the CA (or the server certificate) to verify an https:// server "
                   "with (default: the system's CA store); see docs/tls.md");
-  cmd->add_option("--join-token", o->join_token, "Token the server accepts agents with")
-      ->required();
+  cmd->add_option("--join-token", o->join_token,
+                  "Token the server accepts agents with (visible in the process list; "
+                  "prefer --join-token-file)");
+  cmd->add_option("--join-token-file", o->join_token_file,
+                  "File whose first line is the join token (e.g. a copy of the server's "
+                  "DATA_DIR/join-token, mode 0600)");
   cmd->add_option("--name", o->name, "Node name, unique in the cluster")->required();
   cmd->add_option("--data-dir", o->data_dir, "Where task logs, metrics and notices are kept")
       ->required();

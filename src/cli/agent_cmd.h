@@ -30,6 +30,7 @@ struct AgentCommandOptions {
   std::string server;
   std::string ca_cert;  // empty: the system's store (for an https server)
   std::string join_token;
+  std::string join_token_file;  // instead of join_token: kept out of the process list
   std::string name;
   std::string data_dir;
   std::string allowed_dirs;  // DIR[,DIR...]; empty: anywhere

@@ -172,6 +172,31 @@ TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliTest, AgentJoinTokenFileIsReadAndItsProblemsNamed) {
+  store::test::TempDir dir;
+  auto agent = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args = {
+        "agent",      "--server",       "http://127.0.0.1:1", "--name", "n",
+        "--data-dir", dir.File("data"), "--simulated-gpus",   "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return Cli(args);
+  };
+  CliRun none = agent({});
+  EXPECT_EQ(none.code, kExitUsage);
+  EXPECT_THAT(none.err, HasSubstr("--join-token or --join-token-file: one is required"));
+  std::ofstream(dir.File("token")) << "sesame\n";
+  CliRun both = agent({"--join-token", "x", "--join-token-file", dir.File("token")});
+  EXPECT_EQ(both.code, kExitUsage);
+  EXPECT_THAT(both.err, HasSubstr("give one of them, not both"));
+  CliRun missing = agent({"--join-token-file", dir.File("nope")});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("--join-token-file: cannot read \"" + dir.File("nope")));
+  std::ofstream(dir.File("blank")) << "\n";
+  CliRun blank = agent({"--join-token-file", dir.File("blank")});
+  EXPECT_EQ(blank.code, kExitUsage);
+  EXPECT_THAT(blank.err, HasSubstr("starts with an empty line"));
+}
+
 TEST(CliTest, StoreCopyCopiesIntoAnEmptyStoreAndSaysWhatWhenItCannot) {
   store::test::TempDir dir;
   const std::string a = dir.File("a.db"), b = dir.File("b.db");
