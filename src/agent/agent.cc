@@ -23,6 +23,18 @@ using std::chrono::milliseconds;
 
 constexpr Duration kLoopTick = milliseconds(25);
 constexpr Duration kFirstBackoff = milliseconds(100);
+// After a standby's 503, retries come at least this often for kStandbyWindow.
+constexpr Duration kStandbyRetry = milliseconds(1'000);
+constexpr Duration kStandbyWindow = milliseconds(60'000);
+// How long a server that did not answer is not gone back to on a standby's word (a
+// leader alive after all is tried again after this).
+constexpr Duration kUnansweredMemory = milliseconds(5'000);
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 // Chunks (1 MiB each) of a task's profile traces sent per shipping round: a 64 MiB
 // trace takes a few seconds, and logs and heartbeats are not held up behind it.
 constexpr int kProfileChunksPerShip = 4;
@@ -117,7 +129,13 @@ void Agent::Log(const std::string& line) const {
 Duration Agent::Backoff(int failures) const {
   Duration d = kFirstBackoff;
   for (int i = 1; i < failures && d < options_.max_backoff; ++i) d *= 2;
-  return std::min(d, options_.max_backoff);
+  d = std::min(d, options_.max_backoff);
+  // A standby answered lately: the control plane is there, electing a leader. Try
+  // again as often as it asks (Retry-After: 1 s), so that the new leader hears from
+  // this node within a second of taking over rather than after a long backoff.
+  const int64_t seen = standby_seen_ms_.load();
+  if (seen != 0 && SteadyMs() - seen < kStandbyWindow.count()) d = std::min(d, kStandbyRetry);
+  return d;
 }
 
 Agent::HttpReply Agent::Post(bool poll, const std::string& path, const json& body) {
@@ -142,6 +160,8 @@ Agent::HttpReply Agent::Post(bool poll, const std::string& path, const json& bod
   HttpReply reply;
   if (!res) {
     reply.error = "no answer (" + http::DescribeError(res, *client) + ")";
+    unanswered_ = at;
+    unanswered_ms_ = SteadyMs();
     FailOver(at, reply);
     return reply;
   }
@@ -154,6 +174,7 @@ Agent::HttpReply Agent::Post(bool poll, const std::string& path, const json& bod
     reply.error = "HTTP " + std::to_string(reply.status);
   }
   if (reply.status == 503 && reply.body.is_object() && reply.body.value("standby", false)) {
+    standby_seen_ms_ = SteadyMs();
     FailOver(at, reply);
   }
   return reply;
@@ -168,6 +189,13 @@ void Agent::FailOver(size_t from, const HttpReply& reply) {
     while (!leader.empty() && leader.back() == '/') leader.pop_back();
     auto named = std::find(servers_.begin(), servers_.end(), leader);
     if (named != servers_.end()) to = static_cast<size_t>(named - servers_.begin());
+    // A standby naming a leader that did not answer us a moment ago: that leader is
+    // likely dead and its lease not yet run out. Stay with the standby, which leads
+    // once it does.
+    if (to == unanswered_.load() &&
+        SteadyMs() - unanswered_ms_.load() < kUnansweredMemory.count()) {
+      to = from;
+    }
   }
   if (to == from) return;
   size_t expected = from;

@@ -201,8 +201,14 @@ class Agent {
   const AgentOptions options_;
   const std::unique_ptr<GpuBackend> gpus_;
   std::vector<GpuDevice> devices_;
-  std::vector<std::string> servers_;         // options_.server_url, split at commas
-  std::atomic<size_t> server_{0};            // the index in servers_ every thread talks to now
+  std::vector<std::string> servers_;  // options_.server_url, split at commas
+  std::atomic<size_t> server_{0};     // the index in servers_ every thread talks to now
+  // When (steady clock, ms) a standby last answered 503; 0: never (Backoff).
+  std::atomic<int64_t> standby_seen_ms_{0};
+  // The server that last did not answer at all, and when (steady ms): a standby naming
+  // it as the leader does not send the agent back there (FailOver).
+  std::atomic<size_t> unanswered_{SIZE_MAX};
+  std::atomic<int64_t> unanswered_ms_{0};
   std::unique_ptr<httplib::Client> client_;  // main loop only; for servers_[client_for_]
   size_t client_for_ = 0;
   // The poll thread's client, for servers_[poll_client_for_]; the mutex lets Shutdown

@@ -58,6 +58,11 @@ class FakeServer {
   }
   void Stop() {
     if (!server_) return;
+    // A stop before the listening thread got going is lost (and join would wait
+    // forever): let it start first.
+    for (int i = 0; i < 5'000 && !server_->is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     server_->stop();
     thread_.join();
     server_.reset();
@@ -394,6 +399,32 @@ TEST_F(AgentTest, FollowsTheLeaderAcrossSeveralServers) {
   server_.Stop();
   ASSERT_TRUE(WaitUntil([&] { return !standby.registers().empty(); }));
   EXPECT_EQ(standby.registers()[0]["node"]["name"], "node-1");
+  StopAgent();
+  standby.Stop();
+}
+
+// The leader died; a standby (still naming it, until its lease runs out) answers 503.
+// The agent keeps trying every second rather than backing off to --max-backoff, so
+// the new leader hears from it within about a second of taking over.
+TEST_F(AgentTest, RetriesEverySecondWhileAStandbyAnswers) {
+  server_.Stop();  // the dead leader
+  FakeServer standby;
+  standby.Start();
+  standby.BeStandby(server_.url());
+  AgentOptions o = Options();
+  o.server_url = server_.url() + "," + standby.url();
+  o.max_backoff = std::chrono::seconds(5);
+  StartAgent(std::move(o));
+  // Long enough for an unbounded backoff to reach its 5 s cap (0.1 s doubling).
+  std::this_thread::sleep_for(std::chrono::seconds(7));
+  EXPECT_TRUE(standby.registers().empty());
+  standby.BeStandby("");  // it takes over
+  const auto led = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitUntil([&] { return !standby.registers().empty(); }));
+  const auto after = std::chrono::steady_clock::now() - led;
+  EXPECT_LT(after, std::chrono::milliseconds(3'000))
+      << "registered " << std::chrono::duration_cast<milliseconds>(after).count()
+      << " ms after the standby took over";
   StopAgent();
   standby.Stop();
 }
