@@ -1861,6 +1861,7 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
   const std::string& name = reg.node.name;
   NodeEntry& n = nodes_[name];
   const bool known = !n.node.name.empty();
+  const Node before = n.node;  // as stored
   Node incoming = reg.node;
   incoming.state = n.node.state;
   incoming.state_reason = n.node.state_reason;
@@ -1893,8 +1894,12 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
     Node stored = n.node;
     stored.state = EffectiveState(n);
     stored.state_reason = stored.state == NodeState::kReady ? "" : stored.state_reason;
-    b.PutNode(stored);
-    TY_RETURN_IF_ERROR(CommitLocked(b));
+    // Unchanged (an agent back after a blip, or every agent when a new leader starts):
+    // nothing to write, so a thousand nodes re-registering cost no thousand commits.
+    if (stored != before) {
+      b.PutNode(stored);
+      TY_RETURN_IF_ERROR(CommitLocked(b));
+    }
     n.node = std::move(stored);
   }
   n.health_check.reset();
