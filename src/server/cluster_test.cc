@@ -100,6 +100,31 @@ class ClusterTest : public ::testing::Test {
     return **j;
   }
 
+  // Two 4-GPU nodes with `yaml` (a gang of two 4-GPU replicas) bound and running on
+  // them: the job and the start command each node got.
+  struct TwoNodeGang {
+    JobId id = 0;
+    Command on0, on1;
+  };
+  TwoNodeGang RunGangOnTwoNodes(const std::string& yaml) {
+    TwoNodeGang g;
+    EXPECT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+    EXPECT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+    g.id = Submit(yaml);
+    Pass();
+    auto c0 = Commands("node-0");
+    auto c1 = Commands("node-1");
+    EXPECT_EQ(c0.size(), 1u);
+    EXPECT_EQ(c1.size(), 1u);
+    if (c0.empty() || c1.empty()) return g;
+    g.on0 = c0[0];
+    g.on1 = c1[0];
+    Beat("node-0", {Task(g.on0, "running")});
+    Beat("node-1", {Task(g.on1, "running")});
+    EXPECT_EQ(State(g.id), JobState::kRunning);
+    return g;
+  }
+
   store::MemoryStore store_;
   FakeClock clock_;
   ClusterOptions options_;
@@ -308,15 +333,9 @@ std::vector<std::string> EventKinds(Cluster& c, JobId id) {
 }
 
 TEST_F(ClusterTest, NodeTimeoutThenGraceTearsDownTheGangAndRequeuesIt) {
-  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
-  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
-  JobId id = Submit(kGang);
-  Pass();
-  auto c0 = Commands("node-0");
-  auto c1 = Commands("node-1");
-  Beat("node-0", {Task(c0[0], "running")});
-  Beat("node-1", {Task(c1[0], "running")});
-  ASSERT_EQ(State(id), JobState::kRunning);
+  const TwoNodeGang g = RunGangOnTwoNodes(kGang);
+  const JobId id = g.id;
+  const std::vector<Command> c0 = {g.on0}, c1 = {g.on1};
 
   clock_.Advance(Duration(10'000));
   Beat("node-0", {Task(c0[0], "running")});
@@ -367,16 +386,9 @@ TEST_F(ClusterTest, NodeTimeoutThenGraceTearsDownTheGangAndRequeuesIt) {
 }
 
 TEST_F(ClusterTest, NodeBackWithinTheGraceKeepsItsJobRunning) {
-  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
-  auto first = cluster_->Register(Node("node-1", 4, "10.0.0.2"));
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(first->release_after, Duration(135'000));  // node_timeout + node_lost_grace
-  JobId id = Submit(kGang);
-  Pass();
-  auto c0 = Commands("node-0");
-  auto c1 = Commands("node-1");
-  Beat("node-0", {Task(c0[0], "running")});
-  Beat("node-1", {Task(c1[0], "running")});
+  const TwoNodeGang g = RunGangOnTwoNodes(kGang);
+  const JobId id = g.id;
+  const std::vector<Command> c0 = {g.on0}, c1 = {g.on1};
   // A partition of node-1 for 100 s.
   for (int i = 0; i < 10; ++i) {
     clock_.Advance(Duration(10'000));
@@ -391,6 +403,7 @@ TEST_F(ClusterTest, NodeBackWithinTheGraceKeepsItsJobRunning) {
   auto reply = cluster_->Register(back);
   ASSERT_TRUE(reply.ok());
   EXPECT_THAT(reply->stop, IsEmpty());
+  EXPECT_EQ(reply->release_after, Duration(135'000));  // node_timeout + node_lost_grace
   EXPECT_EQ(cluster_->ListNodes()[1].node.state, NodeState::kReady);
   EXPECT_EQ(State(id), JobState::kRunning);
   EXPECT_THAT(EventKinds(*cluster_, id),
@@ -408,16 +421,11 @@ TEST_F(ClusterTest, NodeBackWithinTheGraceKeepsItsJobRunning) {
 }
 
 TEST_F(ClusterTest, RankItsAgentFencedGivesTheGangUpAsLostWithoutARetry) {
-  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
-  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
-  JobId id = Submit(
+  const TwoNodeGang g = RunGangOnTwoNodes(
       "name: gang\nreplicas: 2\nresources: {gpus: 4, gpu_type: H100}\n"
       "command: [x]\nretry: {max: 0}\n");
-  Pass();
-  auto c0 = Commands("node-0");
-  auto c1 = Commands("node-1");
-  Beat("node-0", {Task(c0[0], "running")});
-  Beat("node-1", {Task(c1[0], "running")});
+  const JobId id = g.id;
+  const std::vector<Command> c0 = {g.on0}, c1 = {g.on1};
   // node-1's agent lost contact, stopped its rank itself, and registers again (this
   // server, say, was down meanwhile and never marked the node).
   TaskStatus fenced = Task(c1[0], "exited", -1, 15);
@@ -441,14 +449,9 @@ TEST_F(ClusterTest, RankItsAgentFencedGivesTheGangUpAsLostWithoutARetry) {
 TEST_F(ClusterTest, ZeroNodeLostGraceGivesTheGangUpAtTheTimeout) {
   options_.node_lost_grace = Duration(0);
   Open();
-  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
-  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
-  JobId id = Submit(kGang);
-  Pass();
-  auto c0 = Commands("node-0");
-  auto c1 = Commands("node-1");
-  Beat("node-0", {Task(c0[0], "running")});
-  Beat("node-1", {Task(c1[0], "running")});
+  const TwoNodeGang g = RunGangOnTwoNodes(kGang);
+  const JobId id = g.id;
+  const std::vector<Command> c0 = {g.on0}, c1 = {g.on1};
   clock_.Advance(Duration(10'000));
   Beat("node-0", {Task(c0[0], "running")});
   ASSERT_TRUE(cluster_->Tick().ok());

@@ -73,12 +73,7 @@ wait_until "$GANG" 'j["state"] == "Running"' 30 "the gang running"
 
 # Submissions stream in (through the CLI, which follows the leader) while the leader dies.
 printf 'name: filler\nresources: {gpus: 1}\ncommand: [/bin/sleep, "600"]\n' >"$WORK/filler.yaml"
-(for i in $(seq 60); do
-  "$T" submit "$WORK/filler.yaml" -o json 2>>"$WORK/submit.err" |
-    "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])' >>"$WORK/acked" 2>/dev/null || true
-  sleep 0.1
-done) &
-STREAM=$!
+stream_submits "$WORK/filler.yaml" 60
 sleep 1.5
 KILLED=$(date +%s.%N)
 kill -9 "$PID_a"

@@ -3,8 +3,8 @@
 # small helpers over the CLI's JSON output.
 #
 # The sourcing script sets T (the trainyard binary) and CASE, and may set
-# NODE_TIMEOUT (default 3s), SERVER_FLAGS (an array of more `trainyard server` flags)
-# and define fail_extra (more to print on failure).
+# NODE_TIMEOUT (default 3s), NODE_LOST_GRACE (default 8s), SERVER_FLAGS (an array of more
+# `trainyard server` flags) and define fail_extra (more to print on failure).
 WORK=$(mktemp -d /tmp/trainyard-e2e-XXXXXX)
 D=$WORK/server
 export TRAINYARD_DATA_DIR=$D
@@ -72,4 +72,15 @@ wait_until() {  # ID PYTHON-CONDITION-OVER-j SECONDS WHAT
     sleep 0.2
   done
   fail "job $1: timed out waiting for $4 (state $(job_field "$1" 'j["state"]' 2>/dev/null || echo ?))"
+}
+
+stream_submits() {  # SPEC COUNT: submits SPEC COUNT times 0.1 s apart through "$T", in the
+  # background (its PID in STREAM); the ids acknowledged go to $WORK/acked, failures
+  # (a server going away mid-request) to $WORK/submit.err
+  (for _ in $(seq "$2"); do
+    "$T" submit "$1" -o json 2>>"$WORK/submit.err" |
+      "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])' >>"$WORK/acked" 2>/dev/null || true
+    sleep 0.1
+  done) &
+  STREAM=$!
 }

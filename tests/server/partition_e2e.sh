@@ -232,12 +232,7 @@ leader-db)
 
   # Submissions stream in through the CLI (which follows the leader) across the cut.
   printf 'name: filler\ncommand: [/bin/true]\n' >"$WORK/filler.yaml"
-  (for _ in $(seq 50); do
-    "$T" submit "$WORK/filler.yaml" -o json 2>>"$WORK/submit.err" |
-      "$PY" -c 'import json,sys; print(json.load(sys.stdin)["id"])' >>"$WORK/acked" 2>/dev/null || true
-    sleep 0.1
-  done) &
-  STREAM=$!
+  stream_submits "$WORK/filler.yaml" 50
   sleep 1.5
   CUT=$(now)
   cut s1 db
