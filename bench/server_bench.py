@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Control-plane speed on this machine (Python 3 standard library only).
 
-  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,heartbeat,ingest] ...
+  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,heartbeat,ingest,failover] ...
 
 Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
   submit   jobs/s acknowledged (201, committed with synchronous=FULL) over POST /jobs
@@ -25,6 +25,24 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
            connection, as `trainyard agent` does;
            heartbeat round trip p50/p99/max over --hb-seconds, the server's CPU and RSS,
            and the RSS of one real `trainyard agent --simulated-gpus 8` meanwhile.
+  failover (not in the default --only: at full size 8 minutes on 2 cores with a Release
+           build, 17 with a Debug one, most of it putting the jobs in the store, one
+           cancel or hold request per job) leader fail-over at scale (docs/ha.md): a
+           throwaway PostgreSQL (Debian's server binaries, a Unix socket in a temporary
+           directory, fsync on), two `trainyard server --store postgresql://...` on it (the
+           default --leader-timeout 10s), --failover-jobs jobs put in the store through the
+           leader's API (arrays, then one cancel or hold each: most cancelled, 1/20 held
+           (at most 1,000), one 8-GPU job running on every node but one, then 1/10 (at most
+           1,000) 2-node 8-GPU gangs pending that cannot fit), --failover-agents simulated
+           agents (asyncio, from --failover-procs processes) that follow the leader as
+           `trainyard agent --server A,B` does and report the tasks they are started;
+           the leader's, the standby's and PostgreSQL's CPU and RSS over
+           --failover-seconds; then `kill -9` of the leader: until the standby took the
+           lease and answers /healthz as leader, until a 1-GPU probe job submitted to it
+           (retried while it refuses) leaves Pending and runs, until every node is Ready
+           on it again, its CPU and RSS over the 10 s after, and how many running jobs it
+           adopted rather than restarted. Skipped, saying why, without PostgreSQL or with
+           a binary that has no `server --store`.
 Every process it starts is stopped on exit. Unknown arguments (such as the
 --benchmark_min_time that scripts/bench passes) are ignored.
 """
@@ -601,6 +619,741 @@ def bench_ingest(trainyard, work, clients, points, seconds):
     stop(p)
 
 
+# --- failover ----------------------------------------------------------------------------
+
+def _pg_bindir():
+    env = os.environ.get("TRAINYARD_PG_BINDIR")
+    if env:
+        return env if os.access(os.path.join(env, "postgres"), os.X_OK) else None
+    found = []
+    try:
+        for v in os.listdir("/usr/lib/postgresql"):
+            b = os.path.join("/usr/lib/postgresql", v, "bin")
+            if v.isdigit() and os.access(os.path.join(b, "initdb"), os.X_OK) \
+                    and os.access(os.path.join(b, "postgres"), os.X_OK):
+                found.append((int(v), b))
+    except OSError:
+        pass
+    return max(found)[1] if found else None
+
+
+class _Postgres:
+    """A throwaway PostgreSQL as tests/server/ha_e2e.sh starts it: its own temporary
+    directory, a Unix socket there and no TCP port, run as the `postgres` user when we
+    are root (it refuses to run as root), fsync and synchronous_commit left on."""
+
+    def __init__(self, bindir):
+        self.bin = bindir
+        self.root = os.geteuid() == 0
+        self.dir = tempfile.mkdtemp(prefix="trainyard-bench-pg-", dir="/tmp")  # short: a socket path
+        os.chmod(self.dir, 0o755)
+        if self.root:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self.proc = None
+        self.pid = None  # the postmaster's own (self.proc is runuser's when we are root)
+        self.log = os.path.join(self.dir, "postgres.log")
+
+    def _as_pg(self, argv):
+        return ["runuser", "-u", "postgres", "--"] + argv if self.root else argv
+
+    def start(self):
+        r = subprocess.run(self._as_pg([f"{self.bin}/initdb", "-D", f"{self.dir}/data", "-A", "trust",
+                                        "-U", "postgres", "--no-instructions"]),
+                           capture_output=True, text=True, cwd=self.dir)
+        if r.returncode != 0:
+            raise RuntimeError(f"initdb: {(r.stdout + r.stderr)[-500:]}")
+        self.proc = subprocess.Popen(
+            self._as_pg([f"{self.bin}/postgres", "-D", f"{self.dir}/data", "-k", self.dir,
+                         "-c", "listen_addresses=", "-c", "fsync=on"]),
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT, cwd=self.dir)
+        deadline = time.monotonic() + 60
+        while True:
+            r = subprocess.run(self._as_pg([f"{self.bin}/createdb", "-h", self.dir, "-U", "postgres",
+                                            "trainyard"]), capture_output=True, text=True, cwd=self.dir)
+            if r.returncode == 0:
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL did not start: {r.stderr.strip()[-300:]}; "
+                                   f"see {self.log}")
+            time.sleep(0.2)
+        with open(f"{self.dir}/data/postmaster.pid") as f:
+            self.pid = int(f.readline())
+        return f"postgresql:///trainyard?host={self.dir}&user=postgres"
+
+    def sql(self, query):
+        r = subprocess.run(self._as_pg([f"{self.bin}/psql", "-h", self.dir, "-U", "postgres", "-d",
+                                        "trainyard", "-Atc", query]),
+                           capture_output=True, text=True, cwd=self.dir, timeout=60)
+        return r.stdout.strip()
+
+    def pids(self):
+        """The postmaster and its children (backends, walwriter, ...)."""
+        out = [self.pid] if self.pid else []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    with open(f"/proc/{p}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == self.pid:
+                            out.append(int(p))
+                except (OSError, IndexError, ValueError):
+                    pass
+        return out
+
+    def stop(self):
+        # The postmaster itself (SIGQUIT: immediate shutdown), not only runuser.
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGQUIT)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 15
+            while os.path.exists(f"/proc/{self.pid}") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if os.path.exists(f"/proc/{self.pid}"):
+                os.kill(self.pid, signal.SIGKILL)
+        if self.proc is not None:
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not os.environ.get("KEEP"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _tree_cpu_s(pids):
+    total = 0.0
+    for pid in pids:
+        try:
+            total += _proc_cpu_s(pid)
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def _load_worker(url, spec, chunks, verb, threads, out):
+    """One process: for each chunk, submits an array of that many jobs, then (with
+    `verb`, "cancel" or "hold") applies it to each, one request per job, from `threads`
+    keep-alive connections."""
+    done, bad, msgs = 0, 0, []
+    try:
+        for n in chunks:
+            status, data = call(connect(url), "POST", f"/api/v1/jobs?array=1-{n}", spec)
+            if status != 201:
+                raise RuntimeError(f"array submit: HTTP {status}: {data[:200]}")
+            ids = json.loads(data)["ids"]
+            if verb:
+                errs = []
+
+                def run(part):
+                    conn = connect(url)
+                    for i in part:
+                        for retry in (False, True):
+                            try:
+                                status, data = call(conn, "POST", f"/api/v1/jobs/{i}/{verb}", "")
+                            except (OSError, http.client.HTTPException) as e:
+                                if retry:
+                                    errs.append(f"{verb} {i}: {e}")
+                                    break
+                                conn = connect(url)  # closed while idle: once more
+                                continue
+                            if status != 200 and not (retry and status == 409):
+                                errs.append(f"{verb} {i}: HTTP {status}: {data[:120]}")
+                            break
+
+                ts = [threading.Thread(target=run, args=(ids[k::threads],)) for k in range(threads)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                bad += len(errs)
+                msgs += errs[:3]
+            done += len(ids)
+        out.put((done, bad, msgs[:3]))
+    except Exception as e:  # reported by the parent instead of leaving it waiting
+        out.put((done, bad, [f"{type(e).__name__}: {e}"]))
+
+
+def _collect(out, workers, deadline, what):
+    res = []
+    for _ in workers:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"{what} did not end in time")
+        try:
+            res.append(out.get(timeout=left))
+        except Exception:  # queue.Empty
+            raise RuntimeError(f"{what} did not end in time")
+    for w in workers:
+        w.join(10)
+    return res
+
+
+def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
+    """One process: `agents` simulated agents on one asyncio loop that follow the leader
+    as `trainyard agent --server A,B` does (src/agent/agent.cc): a request that gets no
+    answer, or a standby's 503, moves the agent to the leader the 503 names (unless that
+    one gave no answer in the last 5 s: then it stays), else to the next address;
+    failures back off (100 ms doubling to 5 s, at most 1 s after a standby's 503); a 404 (`unknown node`, a
+    new leader that has not seen it) makes it register again with its tasks, which the
+    leader adopts. Each registers, keeps a long poll outstanding and heartbeats every
+    second with 8 GPUs of telemetry, each request on a new connection. `start` commands
+    become tasks reported running until a `stop`/`preempt` (they then exit)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    urls = [u for u, _, _ in servers]
+    addrs = [(h, p) for _, h, p in servers]
+    errors = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+              ValueError, IndexError)
+    stats = {"registrations": 0, "heartbeats": 0, "switches": 0, "no_answer": 0, "standby_503": 0,
+             "unknown_node_404": 0, "other_status": 0, "tasks_started": 0, "tasks_stopped": 0}
+    telemetry = [{"index": g, "util_pct": 0.0, "mem_used_mib": 0, "temp_c": 35.0,
+                  "power_w": 70.0, "sm_clock_mhz": 1980, "throttled": False,
+                  "ecc_uncorrectable": 0, "xid_last": 0, "xid_count": 0} for g in range(8)]
+
+    stopping = [False]
+
+    # As agent.cc: after a standby's 503, retries come at least every second (for 60 s);
+    # a standby naming a server that gave no answer in the last 5 s keeps the agent.
+    standby_seen = [0.0]
+
+    def backoff(failures):
+        d = min(0.1 * 2 ** max(0, failures - 1), 5.0)
+        if standby_seen[0] and time.monotonic() - standby_seen[0] < 60:
+            d = min(d, 1.0)
+        return d
+
+    class Sim:
+        def __init__(self, i, loop, rng):
+            self.i, self.loop = i, loop
+            self.name = f"sim-{proc}-{i}"
+            self.gpus = [{"index": g, "uuid": f"GPU-{proc}-{i}-{g}", "memory_mib": 81920}
+                         for g in range(8)]
+            self.cur = 0  # index in servers, shared by the poll and the main loop
+            self.reg = asyncio.Event()
+            self.changed = asyncio.Event()
+            self.failures = 0
+            self.next_attempt = 0.0
+            self.next_hb = loop.time() + 2.0 + rng.random()  # spread over the second
+            self.start_delay = rng.random() * 2.0
+            self.seq = 0
+            self.tasks = {}
+            self.unanswered = (None, 0.0)  # the server that last gave no answer, and when
+
+        def fail_over(self, frm, body):
+            if len(addrs) < 2:
+                return
+            to = (frm + 1) % len(addrs)
+            leader = body.get("leader") if isinstance(body, dict) else None
+            if isinstance(leader, str) and leader.rstrip("/") in urls:
+                to = urls.index(leader.rstrip("/"))
+                if to == self.unanswered[0] and time.monotonic() - self.unanswered[1] < 5:
+                    to = frm
+            if to != frm and self.cur == frm:
+                self.cur = to
+                stats["switches"] += 1
+
+        async def post(self, path, body, timeout):
+            at = self.cur
+            try:
+                status, data = await asyncio.wait_for(
+                    _agent_post(addrs[at][0], addrs[at][1], token, path, body), timeout)
+            except errors:
+                stats["no_answer"] += 1
+                self.unanswered = (at, time.monotonic())
+                self.fail_over(at, None)
+                return None, {}
+            try:
+                j = json.loads(data) if data else {}
+            except ValueError:
+                j = {}
+            if status == 503 and isinstance(j, dict) and j.get("standby"):
+                stats["standby_503"] += 1
+                standby_seen[0] = time.monotonic()
+                self.fail_over(at, j)
+            elif status == 404:
+                stats["unknown_node_404"] += 1
+            elif status != 200:
+                stats["other_status"] += 1
+            return status, (j if isinstance(j, dict) else {})
+
+        def command(self, c):
+            kind = c.get("kind")
+            now_ms = int(time.time() * 1000)
+            if kind == "start":
+                t = c.get("task", {})
+                tid = t.get("task_id")
+                if tid and tid not in self.tasks:
+                    self.tasks[tid] = {"task_id": tid, "job_id": t["job_id"], "attempt": t["attempt"],
+                                       "rank": t["rank"], "state": "running",
+                                       "pid": 100000 + len(self.tasks), "started_ms": now_ms,
+                                       "finished_ms": 0, "exit_code": 0, "signal": 0, "message": ""}
+                    stats["tasks_started"] += 1
+                    self.changed.set()
+            elif kind in ("stop", "preempt"):
+                t = self.tasks.get(c.get("task_id"))
+                if t and t["state"] != "exited":
+                    t.update(state="exited", finished_ms=now_ms, exit_code=-1,
+                             signal=int(c.get("signal", 15)))
+                    stats["tasks_stopped"] += 1
+                    self.changed.set()
+
+        async def main(self):
+            await asyncio.sleep(self.start_delay)
+            loop = self.loop
+            while not stopping[0]:
+                now = loop.time()
+                if not self.reg.is_set():
+                    if now < self.next_attempt:
+                        await asyncio.sleep(self.next_attempt - now)
+                        continue
+                    status, j = await self.post("/api/v1/agent/register", {
+                        "node": {"name": self.name, "address": "127.0.0.1", "gpu_type": "H100",
+                                 "gpus": self.gpus, "cpus": 64, "memory_mib": 524288,
+                                 "leaf": f"leaf-{self.i % 32}", "nvlink_domain": self.name,
+                                 "simulated": True},
+                        "tasks": list(self.tasks.values())}, 60)
+                    if status == 200:
+                        stats["registrations"] += 1
+                        self.failures = 0
+                        for tid in j.get("stop", []):
+                            self.tasks.pop(tid, None)  # killed at once
+                        self.reg.set()
+                    else:
+                        self.failures += 1
+                        self.next_attempt = loop.time() + backoff(self.failures)
+                    continue
+                due = max(self.next_hb, self.next_attempt)
+                if now < due and not self.changed.is_set():
+                    try:
+                        await asyncio.wait_for(self.changed.wait(), due - now)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                if now < self.next_attempt:  # a task changed, but we are backing off
+                    await asyncio.sleep(self.next_attempt - now)
+                    continue
+                self.changed.clear()
+                self.seq += 1
+                status, j = await self.post("/api/v1/agent/heartbeat", {
+                    "node": self.name, "seq": self.seq, "health": {"ok": True, "message": ""},
+                    "gpus": telemetry, "tasks": list(self.tasks.values())}, 60)
+                self.next_hb = now + 1.0
+                if status == 200:
+                    stats["heartbeats"] += 1
+                    self.failures = 0
+                    for tid in j.get("ack", []):
+                        if self.tasks.get(tid, {}).get("state") == "exited":
+                            del self.tasks[tid]
+                elif status == 404:
+                    self.reg.clear()
+                    self.next_attempt = loop.time()
+                else:
+                    self.failures += 1
+                    self.next_attempt = loop.time() + backoff(self.failures)
+
+        async def poller(self):
+            failures = 0
+            while not stopping[0]:
+                await self.reg.wait()
+                status, j = await self.post("/api/v1/agent/poll", {"node": self.name, "wait_ms": 20000},
+                                            60)
+                if status == 200:
+                    failures = 0
+                    for c in j.get("commands", []):
+                        if isinstance(c, dict):
+                            self.command(c)
+                elif status == 404:
+                    self.reg.clear()
+                else:
+                    failures += 1
+                    await asyncio.sleep(backoff(failures))
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        rng = random.Random(proc * 7919 + seed_ms)
+        sims = [Sim(i, loop, rng) for i in range(agents)]
+        tasks = [asyncio.ensure_future(s.main()) for s in sims] + \
+                [asyncio.ensure_future(s.poller()) for s in sims]
+        while not stop_evt.is_set():
+            await asyncio.sleep(0.2)
+            dead = [t for t in tasks if t.done() and not t.cancelled() and t.exception()]
+            if dead:
+                raise dead[0].exception()
+        stopping[0] = True
+        # Again until all have ended: Python 3.11's wait_for can swallow a cancel that
+        # comes as its inner call ends.
+        left = tasks
+        while left:
+            for t in left:
+                t.cancel()
+            await asyncio.wait(left, timeout=1)
+            left = [t for t in left if not t.done()]
+        return stats
+
+    try:
+        out.put(asyncio.run(run()))
+    except Exception as e:
+        out.put(f"{type(e).__name__}: {e}")
+
+
+def _list_jobs(conn, state):
+    jobs, after = [], 0
+    while True:
+        status, data = call(conn, "GET", f"/api/v1/jobs?state={state}&limit=10000&after={after}")
+        if status != 200:
+            raise RuntimeError(f"GET /jobs?state={state}: HTTP {status}: {data[:200]}")
+        page = json.loads(data)
+        jobs += page["jobs"]
+        if page["next_after"] is None:
+            return jobs
+        after = page["next_after"]
+
+
+def _ready_nodes(conn, since_ms=0):
+    """Nodes Ready with their agent connected (a new leader loads nodes from the store,
+    so Ready alone may be stale) and, with since_ms, heard from since then."""
+    status, data = call(conn, "GET", "/api/v1/nodes")
+    if status != 200:
+        return -1
+    return sum(1 for x in json.loads(data)["nodes"]
+               if x["state"] == "Ready" and x.get("connected", True)
+               and x.get("last_heartbeat_ms", 0) >= since_ms)
+
+
+def _wait(what, timeout, pred, every=0.25):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if pred():
+                return
+        except (OSError, http.client.HTTPException, ValueError, KeyError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
+def _mib(kib):
+    return f"{int(kib) // 1024} MiB" if str(kib).isdigit() else "?"
+
+
+def bench_failover(trainyard, work, agents, jobs, procs, seconds, after_s):
+    help_text = subprocess.run([trainyard, "server", "--help"], capture_output=True,
+                               text=True).stdout
+    if "--store" not in help_text:
+        print(f"failover: skipped: {trainyard} has no `server --store` (built before PostgreSQL "
+              "support)", flush=True)
+        return
+    bindir = _pg_bindir()
+    if not bindir:
+        print("failover: skipped: no PostgreSQL server binaries (/usr/lib/postgresql/*/bin; "
+              "Debian's postgresql package)", flush=True)
+        return
+    # The job mix: one 8-GPU job running on every node but one (that node stays free for
+    # the probe), 2-node 8-GPU gangs pending that cannot fit beside them, some held, and
+    # the rest of the store cancelled (finished: in the store, not in the scheduler).
+    running = agents - 1
+    pending = min(1000, max(1, jobs // 10))
+    held = min(1000, max(1, jobs // 20))
+    cancelled = jobs - running - pending - held
+    if cancelled < 0:
+        raise RuntimeError(f"--failover-jobs {jobs} is fewer than the {running + pending + held} "
+                           "running, pending and held jobs the mix needs")
+    d = f"{work}/failover"
+    os.makedirs(d, exist_ok=True)
+    pg = _Postgres(bindir)
+    ctx = multiprocessing.get_context("fork")
+    workers, agent_procs = [], []
+    stop_evt = ctx.Event()
+    try:
+        store = pg.start()
+        join = "bench-join-token"
+        common = ["server", "--store", store, "--join-token", join] + no_rate_limit(trainyard)
+        a, url_a = start(trainyard, common, f"{d}/a", f"{d}/a.log")
+        token = _tokens[urllib.parse.urlsplit(url_a).netloc]
+        log_b = f"{d}/b.log"
+        b = subprocess.Popen([trainyard] + common + ["--port", "0", "--data-dir", f"{d}/b"],
+                             stdout=open(log_b, "w"), stderr=subprocess.STDOUT)
+        _children.append(b)
+        url_b = None
+
+        def b_standby():
+            nonlocal url_b
+            if b.poll() is not None:
+                raise RuntimeError(f"server B exited: see {log_b}")
+            with open(log_b) as f:
+                for line in f:
+                    if "standby at " in line:
+                        url_b = line.split("standby at ", 1)[1].split(";")[0].strip()
+                        return True
+            return False
+
+        _wait("server B a standby", 60, b_standby, 0.05)
+
+        def leader_alive():
+            # A leader that could not renew its lease in time gives it up (docs/ha.md): a
+            # figure too, so say so with the servers' own words.
+            if a.poll() is not None:
+                with open(f"{d}/a.log") as f:
+                    last_a = [x.strip() for x in f if x.strip()][-1:]
+                with open(log_b) as f:
+                    took = [x.strip() for x in f if "leading" in x]
+                raise RuntimeError(
+                    f"leader A exited (status {a.returncode}) {time.monotonic() - t0:.0f} s into "
+                    f"the run, before the kill ({agents_state()}); its last line: {last_a}; "
+                    f"B: {took}; load average {os.getloadavg()[0]:.1f}")
+        _tokens[urllib.parse.urlsplit(url_b).netloc] = token  # one store, the same users
+        status, data = call(connect(url_b), "GET", "/api/v1/jobs")
+        if status != 503 or url_a not in data.decode():
+            raise RuntimeError(f"standby B answered HTTP {status}: {data[:200]}")
+
+        # --- the store: jobs through A's API ---
+        spec = lambda name, **kw: json.dumps({"name": name, "command": ["/bin/sleep", "infinity"],
+                                              **kw})
+        phase = ["loading the store"]
+        agents_state = lambda: phase[0]
+        t0 = time.monotonic()
+        load_deadline = t0 + 120 + jobs * 0.025
+        load = []
+        for what, n, body, verb in (
+                ("cancelled", cancelled, spec("done", resources={"gpus": 1}), "cancel"),
+                ("held", held, spec("held", resources={"gpus": 1}), "hold")):
+            if n <= 0:
+                continue
+            chunks = [1000] * (n // 1000) + ([n % 1000] if n % 1000 else [])
+            nproc = max(1, min(4, len(chunks)))
+            out = ctx.Queue()
+            ws = [ctx.Process(target=_load_worker,
+                              args=(url_a, body, chunks[k::nproc], verb, 4, out))
+                  for k in range(nproc)]
+            workers += ws
+            t1 = time.monotonic()
+            for w in ws:
+                w.start()
+            res = _collect(out, ws, load_deadline, f"submitting and {verb}ing {n} jobs")
+            done, bad = sum(r[0] for r in res), sum(r[1] for r in res)
+            msgs = [m for r in res for m in r[2]]
+            if done != n or bad:
+                raise RuntimeError(f"{what}: {done} of {n} submitted, {bad} {verb}s failed: {msgs}")
+            load.append((what, n, verb, nproc, time.monotonic() - t1))
+        conn = connect(url_a)
+        for k in range(0, running, 10_000):
+            n = min(10_000, running - k)
+            status, data = call(conn, "POST", f"/api/v1/jobs?array=1-{n}",
+                                spec("train", resources={"gpus": 8}))
+            if status != 201:
+                raise RuntimeError(f"submitting the running jobs: HTTP {status}: {data[:200]}")
+        t_loaded = time.monotonic() - t0
+        # Counted before the agents come: listing the finished ones reads the store.
+        stored = len(_list_jobs(connect(url_a), "Pending,Cancelled"))
+        db_mb = pg.sql("SELECT pg_database_size('trainyard')")
+
+        # --- the agents ---
+        servers = [(u, urllib.parse.urlsplit(u).hostname, urllib.parse.urlsplit(u).port)
+                   for u in (url_a, url_b)]
+        agent_out = ctx.Queue()
+        per = agents // procs
+        counts = [per + (1 if k < agents % procs else 0) for k in range(procs)]
+        seed = int(time.time() * 1000) % 100000
+        phase[0] = f"{agents} agents joining"
+        leader_alive()
+        t_agents = time.monotonic()
+        agent_procs = [ctx.Process(target=_fo_agents_worker,
+                                   args=(servers, join, k, counts[k], seed, stop_evt, agent_out))
+                       for k in range(procs)]
+        for w in agent_procs:
+            w.start()
+
+        def alive_agents():
+            leader_alive()
+            for w in agent_procs:
+                if not w.is_alive():
+                    raise RuntimeError(f"a simulated agent process ended: {agent_out.get(timeout=5)}")
+
+        def all_ready():
+            alive_agents()
+            return _ready_nodes(connect(url_a)) >= agents
+
+        _wait(f"{agents} nodes Ready on A", 120 + agents * 0.2, all_ready, 0.5)
+        t_ready = time.monotonic() - t_agents
+        phase[0] = f"all {agents} nodes Ready after {t_ready:.0f} s, jobs starting"
+        _wait(f"{running} 8-GPU jobs Running on A", 120 + agents * 0.2,
+              lambda: alive_agents() or len(_list_jobs(connect(url_a), "Running")) >= running, 0.5)
+        t_running = time.monotonic() - t_agents
+        phase[0] = "steady state"
+        leader_alive()
+        status, data = call(connect(url_a), "POST", f"/api/v1/jobs?array=1-{pending}",
+                            spec("wide", replicas=2, resources={"gpus": 8}))
+        if status != 201:
+            raise RuntimeError(f"submitting the pending jobs: HTTP {status}: {data[:200]}")
+        total = cancelled + held + running + pending
+        print(f"failover: store: {total:,} jobs put in PostgreSQL (fsync and synchronous_commit on) "
+              f"through the leader's API in {t_loaded:.0f} s before the agents: "
+              + "; ".join(f"{n:,} {what} ({n // 1000 or 1} array submissions then one {verb} each, "
+                          f"{nproc} processes x 4 connections, {s:.0f} s, {n / s:,.0f} jobs/s)"
+                          for what, n, verb, nproc, s in load)
+              + f"; {running:,} 1-node 8-GPU jobs; then, once they ran, {pending:,} 2-node 8-GPU "
+              f"gangs that cannot fit (8 GPUs free). Listed before the agents came: {stored:,} "
+              f"jobs; database {int(db_mb) / 1e6 if db_mb.isdigit() else 0:.0f} MB", flush=True)
+        print(f"failover: cluster: {agents} simulated agents x 8 GPUs ({procs} processes) all Ready "
+              f"{t_ready:.1f} s after they started, the {running} 8-GPU jobs Running (agents report "
+              f"their tasks) after {t_running:.1f} s", flush=True)
+
+        # --- steady state ---
+        time.sleep(5)  # the pending gangs' pass, and the heartbeats settle
+        t1 = time.monotonic()
+        cpu = (_proc_cpu_s(a.pid), _proc_cpu_s(b.pid), _tree_cpu_s(pg.pids()),
+               _tree_cpu_s([w.pid for w in agent_procs]))
+        time.sleep(seconds)
+        cpu2 = (_proc_cpu_s(a.pid), _proc_cpu_s(b.pid), _tree_cpu_s(pg.pids()),
+                _tree_cpu_s([w.pid for w in agent_procs]))
+        el = time.monotonic() - t1
+        leader_alive()
+        pctc = [(y - x) / el * 100 for x, y in zip(cpu, cpu2)]
+        ready = _ready_nodes(connect(url_a))
+        print(f"failover: steady state over {el:.0f} s ({agents} agents heartbeating, {running} jobs "
+              f"running, {pending + held} pending of which {held} held): leader CPU {pctc[0]:.0f}% of "
+              f"one core, RSS {_mib(_proc_status(a.pid, 'VmRSS'))}, "
+              f"{_proc_status(a.pid, 'Threads')} threads; standby CPU {pctc[1]:.1f}%, RSS "
+              f"{_mib(_proc_status(b.pid, 'VmRSS'))}; PostgreSQL CPU {pctc[2]:.0f}%; the simulated "
+              f"agents' CPU {pctc[3]:.0f}%; load average {os.getloadavg()[0]:.1f}; nodes Ready at "
+              f"the end {ready}", flush=True)
+
+        # --- kill -9 the leader ---
+        marks = {}
+        kill_ms = int(time.time() * 1000)
+        t_kill = time.monotonic()
+        a.kill()
+        a.wait()
+        _children.remove(a)
+        deadline = t_kill + 240
+
+        def healthz():
+            while time.monotonic() < deadline and b.poll() is None:
+                if "lease" not in marks:
+                    with open(log_b) as fh:
+                        if "trainyard server: leading" in fh.read():
+                            marks["lease"] = time.monotonic() - t_kill
+                try:
+                    c = connect(url_b)
+                    c.timeout = 2
+                    status, data = call(c, "GET", "/api/v1/healthz")
+                    if status == 200 and json.loads(data).get("role") != "standby":
+                        marks["leading"] = time.monotonic() - t_kill
+                        return
+                except (OSError, http.client.HTTPException, ValueError):
+                    pass
+                time.sleep(0.05)
+
+        def probe():
+            body = spec("probe", priority="production", resources={"gpus": 1})
+            pid, tries = None, 0
+            while time.monotonic() < deadline and pid is None and b.poll() is None:
+                tries += 1
+                try:
+                    status, data = call(connect(url_b), "POST", "/api/v1/jobs", body)
+                    if status == 201:
+                        pid = json.loads(data)["id"]
+                        marks["probe_acked"] = time.monotonic() - t_kill
+                        marks["probe_tries"] = tries
+                        break
+                    if status != 503:
+                        marks["probe_error"] = f"HTTP {status}: {data[:200]}"
+                except (OSError, http.client.HTTPException, ValueError):
+                    pass
+                time.sleep(0.05)
+            marks["probe_id"] = pid
+            c = connect(url_b)
+            while pid is not None and time.monotonic() < deadline and b.poll() is None:
+                try:
+                    status, data = call(c, "GET", f"/api/v1/jobs/{pid}")
+                    j = json.loads(data)
+                    if "bound" not in marks and (j["state"] != "Pending" or j.get("attempts")):
+                        marks["bound"] = time.monotonic() - t_kill
+                        marks["bound_state"] = j["state"]
+                    if j["state"] not in ("Pending", "Starting"):
+                        marks["probe_running"] = time.monotonic() - t_kill
+                        marks["probe_state"] = j["state"]
+                        return
+                except (OSError, http.client.HTTPException, ValueError, KeyError):
+                    c = connect(url_b)
+                time.sleep(0.05)
+
+        def nodes():
+            while time.monotonic() < deadline and b.poll() is None:
+                try:
+                    n = _ready_nodes(connect(url_b), kill_ms)
+                    marks["nodes_max"] = max(marks.get("nodes_max", 0), n)
+                    if n >= agents:
+                        marks["nodes"] = time.monotonic() - t_kill
+                        return
+                except (OSError, http.client.HTTPException, ValueError, KeyError):
+                    pass
+                time.sleep(0.25)
+
+        ts = [threading.Thread(target=f, daemon=True) for f in (healthz, probe, nodes)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(max(1, deadline - time.monotonic()))
+        if b.poll() is not None:
+            with open(log_b) as f:
+                tail = [x.strip() for x in f if x.strip()][-3:]
+            raise RuntimeError(f"server B exited (status {b.returncode}) after the kill, "
+                               f"{time.monotonic() - t_kill:.1f} s after it, with no leader left "
+                               f"({marks}); its last lines: {tail}")
+        fo = lambda k: f"{marks[k]:.2f} s" if k in marks else "not within 240 s"
+        print(f"failover: kill -9 of the leader (--leader-timeout 10s, the default) -> the standby "
+              f"took the lease (its log says `leading`) {fo('lease')}, answers /healthz as leader "
+              f"(state loaded, API up) {fo('leading')}", flush=True)
+        print(f"failover: -> a 1-GPU probe job (production priority; the free node) submitted to B, "
+              f"retried every 50 ms while it refused: acknowledged {fo('probe_acked')} "
+              f"(try {marks.get('probe_tries', '?')}), left Pending ({marks.get('bound_state', '?')}) "
+              f"{fo('bound')}, {marks.get('probe_state', 'Running')} (its agent reported it) "
+              f"{fo('probe_running')}", flush=True)
+        print(f"failover: -> all {agents} nodes Ready again on B (registered again, heartbeating): "
+              f"{fo('nodes')}"
+              + ("" if "nodes" in marks else f" (at most {marks.get('nodes_max', 0)})"), flush=True)
+
+        # --- B after it took over ---
+        t1 = time.monotonic()
+        c0 = _proc_cpu_s(b.pid)
+        time.sleep(after_s)
+        el = time.monotonic() - t1
+        cb = (_proc_cpu_s(b.pid) - c0) / el * 100
+        trains = [j for j in _list_jobs(connect(url_b), "Running") if j["name"] == "train"]
+        first = sum(1 for j in trains if j["attempts"] == 1)
+        waiting = len(_list_jobs(connect(url_b), "Pending"))
+        print(f"failover: B leading, over {el:.0f} s after: CPU {cb:.0f}% of one core, RSS "
+              f"{_mib(_proc_status(b.pid, 'VmRSS'))} (peak {_mib(_proc_status(b.pid, 'VmHWM'))}), "
+              f"{_proc_status(b.pid, 'Threads')} threads; nodes Ready {_ready_nodes(connect(url_b))}; "
+              f"{len(trains)} of the {running} 8-GPU jobs Running, {first} of them on their first "
+              f"attempt (adopted, not restarted); {waiting} jobs Pending; load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        stop_evt.set()
+        res = _collect(agent_out, agent_procs, time.monotonic() + 30, "stopping the simulated agents")
+        bad = [r for r in res if isinstance(r, str)]
+        if bad:
+            raise RuntimeError(f"simulated agents failed: {bad}")
+        st = {k: sum(r[k] for r in res) for k in res[0]}
+        print("failover: the simulated agents, in all: "
+              + ", ".join(f"{k} {v}" for k, v in st.items()), flush=True)
+    finally:
+        stop_evt.set()
+        for w in agent_procs + workers:
+            w.join(5)
+            if w.is_alive():
+                w.terminate()
+                w.join(5)
+        for p in list(_children):
+            stop(p)
+        pg.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainyard", default=os.path.join(os.getcwd(), "build-release", "trainyard"))
@@ -617,6 +1370,10 @@ def main():
     ap.add_argument("--hb-agents", type=int, default=1000)
     ap.add_argument("--hb-procs", type=int, default=2)
     ap.add_argument("--hb-seconds", type=float, default=20)
+    ap.add_argument("--failover-agents", type=int, default=1000)
+    ap.add_argument("--failover-jobs", type=int, default=100_000)
+    ap.add_argument("--failover-procs", type=int, default=2)
+    ap.add_argument("--failover-seconds", type=float, default=20)
     args, _ = ap.parse_known_args()
     trainyard = os.path.abspath(args.trainyard)
     if not os.access(trainyard, os.X_OK):
@@ -643,6 +1400,13 @@ def main():
                 bench_heartbeat(trainyard, work, args.hb_agents, args.hb_procs, args.hb_seconds)
             except RuntimeError as e:  # a figure too: at this many agents it does not hold up
                 print(f"heartbeat: {args.hb_agents} simulated agents: failed: {e}", flush=True)
+        if "failover" in only:
+            try:
+                bench_failover(trainyard, work, args.failover_agents, args.failover_jobs,
+                               args.failover_procs, args.failover_seconds, 10)
+            except RuntimeError as e:  # a figure too: say what did not hold up
+                print(f"failover: {args.failover_agents} agents, {args.failover_jobs} jobs: "
+                      f"failed: {e}", flush=True)
     finally:
         stop_all()
         if not os.environ.get("KEEP"):
