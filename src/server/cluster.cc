@@ -2079,10 +2079,11 @@ Status Cluster::Impl::Tick() {
             "node " + name + " not heard from for " + FormatDuration(silent) +
             "; the job keeps running there and is given up if the node is still silent in " +
             FormatDuration(opt_.node_lost_grace);
+        const std::string& node = name;  // a lambda may not capture a structured binding (clang 14)
         for (auto& [id, e] : jobs_) {
           if (!e.gang) continue;
           if (std::any_of(e.gang->ranks.begin(), e.gang->ranks.end(),
-                          [&](const Rank& r) { return r.node == name && !Done(r.state); })) {
+                          [&](const Rank& r) { return r.node == node && !Done(r.state); })) {
             b.AppendEvent(id, now, "server", "NodeUnreachable", message);
           }
         }
