@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include "http/client.h"
+
 namespace trainyard::http {
 namespace {
 
@@ -131,6 +133,17 @@ class TlsTest : public ::testing::Test {
     return res->body;
   }
 
+  // The same through the client commands' own client (http/client.h), which loads
+  // OpenSSL at run time and must verify alike.
+  std::string PingCli(const std::string& host, int port, const std::string& ca) {
+    ClientOptions options;
+    if (!ca.empty()) options.ca_file = Path(ca);
+    Client client("https://" + host + ":" + std::to_string(port), options);
+    auto res = client.Send("GET", "/ping");
+    if (auto* e = std::get_if<Error>(&res)) return "error: " + e->message;
+    return std::get<Response>(res).body;
+  }
+
   std::filesystem::path dir_;
   KeyPtr ca_key_, server_key_;
   X509Ptr ca_, server_;
@@ -142,18 +155,21 @@ TEST_F(TlsTest, ServesClientsThatTrustItsCa) {
   const int port = Serve("server.crt", "server.key");
   ASSERT_GT(port, 0);
   EXPECT_EQ(Ping("127.0.0.1", port, "ca.crt"), "pong");
+  EXPECT_EQ(PingCli("127.0.0.1", port, "ca.crt"), "pong");
 }
 
 TEST_F(TlsTest, TrustsTheServersOwnCertificateAsAnAnchor) {
   const int port = Serve("server.crt", "server.key");
   ASSERT_GT(port, 0);
   EXPECT_EQ(Ping("127.0.0.1", port, "server.crt"), "pong");
+  EXPECT_EQ(PingCli("127.0.0.1", port, "server.crt"), "pong");
 }
 
 TEST_F(TlsTest, SendsTheChainInTheCertificateFile) {
   const int port = Serve("chain.crt", "server.key");
   ASSERT_GT(port, 0);
   EXPECT_EQ(Ping("127.0.0.1", port, "ca.crt"), "pong");
+  EXPECT_EQ(PingCli("127.0.0.1", port, "ca.crt"), "pong");
 }
 
 TEST_F(TlsTest, RefusesAServerItCannotVerify) {
@@ -161,11 +177,19 @@ TEST_F(TlsTest, RefusesAServerItCannotVerify) {
   ASSERT_GT(port, 0);
   // The system store does not hold the test CA.
   EXPECT_THAT(Ping("127.0.0.1", port, ""), HasSubstr("certificate failed verification"));
+  EXPECT_THAT(PingCli("127.0.0.1", port, ""), HasSubstr("certificate failed verification"));
   // A different CA.
   KeyPtr other_key = NewKey();
   X509Ptr other = MakeCert({.name = "other CA", .ca = true}, other_key.get(), nullptr, nullptr);
   Write("other.crt", {other.get()});
   EXPECT_THAT(Ping("127.0.0.1", port, "other.crt"), HasSubstr("local issuer certificate"));
+  EXPECT_THAT(PingCli("127.0.0.1", port, "other.crt"), HasSubstr("local issuer certificate"));
+  // Plain HTTP spoken to it is refused, and an unreadable CA file is named.
+  {
+    Client plain("http://127.0.0.1:" + std::to_string(port), ClientOptions());
+    EXPECT_TRUE(std::holds_alternative<Error>(plain.Send("GET", "/ping")));
+  }
+  EXPECT_THAT(PingCli("127.0.0.1", port, "nope.crt"), HasSubstr("nope.crt"));
 }
 
 TEST_F(TlsTest, RefusesACertificateForAnotherHost) {
@@ -175,6 +199,7 @@ TEST_F(TlsTest, RefusesACertificateForAnotherHost) {
   const int port = Serve("wrong.crt", "server.key");
   ASSERT_GT(port, 0);
   EXPECT_THAT(Ping("127.0.0.1", port, "ca.crt"), HasSubstr("does not name the host"));
+  EXPECT_THAT(PingCli("127.0.0.1", port, "ca.crt"), HasSubstr("does not name the host"));
 }
 
 TEST_F(TlsTest, BadServerFilesNameTheFlagAndTheFile) {
