@@ -302,11 +302,7 @@ int RunAgent(const AgentCommandOptions& flags, std::ostream& out, std::ostream& 
 
 void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
   auto o = std::make_shared<AgentCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "agent",
-      "Run the node agent: register this machine with a server, run the tasks it assigns,\n"
-      "report GPU telemetry, exits, logs and metrics. SIGINT/SIGTERM stop the tasks (SIGTERM,\n"
-      "SIGKILL after --stop-grace) and exit. See docs/agent.md.");
+  CLI::App* cmd = app.add_subcommand("agent", DaemonCommandAbout("agent"));
   cmd->add_option("--server", o->server,
                   "Server URL, http://HOST:PORT or https://HOST:PORT; several separated by "
                   "commas for a leader and its standbys (docs/ha.md)")

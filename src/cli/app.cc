@@ -1,18 +1,22 @@
 #include "cli/app.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
-#include "cli/agent_cmd.h"
 #include "cli/client_cmd.h"
 #include "cli/monitor_cmd.h"
 #include "cli/runs_cmd.h"
 #include "cli/sched_cmd.h"
-#include "cli/server_cmd.h"
 #include "cli/sim_cmd.h"
-#include "cli/store_cmd.h"
 #include "cli/validate.h"
 #include "cli/version.h"
 #include "core/names.h"
@@ -37,9 +41,26 @@ void AddVersionCommand(CLI::App& app, std::string& output, int& exit_code, std::
   });
 }
 
-}  // namespace
+// Replaces this process with trainyard-daemon, found beside this executable, with the
+// same arguments (argv[0] included, so `ps` shows what was typed). Returns only when
+// that fails, with the exit status.
+int ExecDaemon(const char* const* argv, std::ostream& out, std::ostream& err) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string daemon = (self.parent_path() / "trainyard-daemon").string();
+  out.flush();
+  err.flush();
+  std::fflush(nullptr);
+  ::execv(daemon.c_str(), const_cast<char* const*>(argv));
+  const int e = errno;
+  err << "trainyard " << argv[1] << ": cannot run " << daemon << ": " << std::strerror(e)
+      << " (the server, agent, up and store commands live in trainyard-daemon, which is "
+         "installed beside trainyard)\n";
+  return kExitFailure;
+}
 
-int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+        AddCommandsFn add_daemon_commands) {
   CLI::App app{
       "Trainyard: a GPU training-cluster manager.\n"
       "Gang scheduling, quotas, checkpoint-aware preemption, experiment tracking and\n"
@@ -55,10 +76,14 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   AddValidateCommand(app, validate, exit_code, out, err);
   AddSchedCommand(app, exit_code, out, err);
   AddSimCommand(app, exit_code, out, err);
-  AddAgentCommand(app, exit_code, out, err);
-  AddServerCommand(app, exit_code, out, err);
-  AddStoreCommand(app, exit_code, out, err);
-  AddUpCommand(app, exit_code, out, err);
+  if (add_daemon_commands != nullptr) {
+    add_daemon_commands(app, exit_code, out, err);
+  } else {
+    // Listed in the help; running one execs trainyard-daemon before parsing.
+    for (const DaemonCommand& d : kDaemonCommands) {
+      app.add_subcommand(d.name, d.about)->allow_extras()->prefix_command();
+    }
+  }
   AddClientCommands(app, exit_code, out, err);
   AddRunsCommands(app, exit_code, out, err);
   AddMonitorCommands(app, exit_code, out, err);
@@ -104,6 +129,37 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     return kExitUsage;
   }
   return exit_code;
+}
+
+}  // namespace
+
+const char* DaemonCommandAbout(const std::string& name) {
+  for (const DaemonCommand& d : kDaemonCommands) {
+    if (name == d.name) return d.about;
+  }
+  return "";
+}
+
+std::string DefaultDataDir() {
+  if (const char* d = std::getenv("TRAINYARD_DATA_DIR"); d != nullptr && *d) return d;
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h) {
+    return std::string(h) + "/.trainyard";
+  }
+  return ".trainyard";
+}
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  if (argc > 1) {
+    for (const DaemonCommand& d : kDaemonCommands) {
+      if (std::strcmp(argv[1], d.name) == 0) return ExecDaemon(argv, out, err);
+    }
+  }
+  return Run(argc, argv, out, err, nullptr);
+}
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+           AddCommandsFn add_daemon_commands) {
+  return Run(argc, argv, out, err, add_daemon_commands);
 }
 
 }  // namespace trainyard::cli

@@ -4,8 +4,6 @@
 // Thread-safety: an Api is used by one thread at a time.
 #pragma once
 
-#include <httplib.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -22,9 +20,8 @@
 #include <vector>
 
 #include "cli/app.h"
-#include "cli/server_cmd.h"
 #include "core/units.h"
-#include "http/tls.h"
+#include "http/client.h"
 
 namespace trainyard::cli {
 
@@ -99,21 +96,12 @@ class Api {
   // The JSON body of a 2xx answer, or a Failure naming the problem.
   std::variant<json, Failure> Call(const std::string& method, const std::string& path,
                                    const std::string& body = "") {
-    auto send = [&] {
-      return method == "GET"      ? client_->Get(path.c_str())
-             : method == "DELETE" ? client_->Delete(path.c_str())
-             : method == "PATCH"  ? client_->Patch(path.c_str(), body, "application/json")
-             : method == "PUT"    ? client_->Put(path.c_str(), body, "application/json")
-                                  : client_->Post(path.c_str(), body, "application/yaml");
-    };
-    httplib::Result res = send();
-    for (size_t tries = 1; tries < urls_.size() && FollowLeader(res); ++tries) res = send();
-    if (!res) {
-      return Failure{"cannot reach the server at " + url_ + ": " +
-                     http::DescribeError(res, *client_)};
-    }
-    if (res->status / 100 != 2) return FailureOf(*res);
-    json j = json::parse(res->body, nullptr, false);
+    const std::string type = method == "GET" || method == "DELETE" ? ""
+                             : method == "POST"                    ? "application/yaml"
+                                                                   : "application/json";
+    auto res = Send(method, path, body, type);
+    if (auto* f = std::get_if<Failure>(&res)) return *f;
+    json j = json::parse(std::get<http::Response>(res).body, nullptr, false);
     if (j.is_discarded()) return Failure{"the server's answer is not JSON"};
     return j;
   }
@@ -121,19 +109,25 @@ class Api {
   // The body of a 2xx answer to GET `path` as it came (a trace, a file), or a Failure
   // as Call gives.
   std::variant<std::string, Failure> Fetch(const std::string& path) {
-    httplib::Result res = client_->Get(path.c_str());
-    for (size_t tries = 1; tries < urls_.size() && FollowLeader(res); ++tries) {
-      res = client_->Get(path.c_str());
-    }
-    if (!res) {
-      return Failure{"cannot reach the server at " + url_ + ": " +
-                     http::DescribeError(res, *client_)};
-    }
-    if (res->status / 100 != 2) return FailureOf(*res);
-    return std::move(res->body);
+    auto res = Send("GET", path, "", "");
+    if (auto* f = std::get_if<Failure>(&res)) return *f;
+    return std::move(std::get<http::Response>(res).body);
   }
 
-  httplib::Client& client() { return *client_; }
+  // A 2xx answer with its headers, or a Failure as Call gives.
+  std::variant<http::Response, Failure> Send(const std::string& method, const std::string& path,
+                                             const std::string& body, const std::string& type) {
+    auto res = client_->Send(method, path, body, type);
+    for (size_t tries = 1; tries < urls_.size() && FollowLeader(res); ++tries) {
+      res = client_->Send(method, path, body, type);
+    }
+    if (auto* e = std::get_if<http::Error>(&res)) {
+      return Failure{"cannot reach the server at " + url_ + ": " + e->message};
+    }
+    auto& r = std::get<http::Response>(res);
+    if (r.status / 100 != 2) return FailureOf(r);
+    return std::move(r);
+  }
 
  private:
   Api(std::vector<std::string> urls, std::string ca_cert)
@@ -143,27 +137,26 @@ class Api {
   void Connect(size_t at) {
     at_ = at;
     url_ = urls_[at];
-    client_ = std::make_shared<httplib::Client>(url_);
-    http::VerifyServer(*client_, ca_cert_);
-    client_->set_read_timeout(60, 0);
-    client_->set_connection_timeout(5, 0);
-    // The body follows the headers in a second write: without this it waits for the
-    // server's delayed ACK (40 ms).
-    client_->set_tcp_nodelay(true);
-    if (!token_.empty()) client_->set_default_headers({{"Authorization", "Bearer " + token_}});
+    http::ClientOptions options;
+    options.ca_file = ca_cert_;
+    options.connect_timeout_ms = 5000;
+    options.read_timeout_ms = 60000;
+    if (!token_.empty()) options.headers.emplace_back("Authorization", "Bearer " + token_);
+    client_ = std::make_unique<http::Client>(url_, std::move(options));
   }
 
   // After an answer that says to try elsewhere, moves to the server to try next and
   // returns true: no connection at all (nothing was sent, so even a submission is safe
   // to send again), or a standby's 503, which names the leader (else the next URL).
-  bool FollowLeader(const httplib::Result& res) {
+  bool FollowLeader(const std::variant<http::Response, http::Error>& res) {
     if (urls_.size() < 2) return false;
     size_t next = (at_ + 1) % urls_.size();
-    if (!res) {
-      if (res.error() != httplib::Error::Connection) return false;
+    if (auto* e = std::get_if<http::Error>(&res)) {
+      if (e->kind != http::ErrorKind::kConnection) return false;
     } else {
-      if (res->status != 503) return false;
-      json j = json::parse(res->body, nullptr, false);
+      const auto& r = std::get<http::Response>(res);
+      if (r.status != 503) return false;
+      json j = json::parse(r.body, nullptr, false);
       if (!j.is_object() || !j.value("standby", false)) return false;
       if (auto it = j.find("leader"); it != j.end() && it->is_string()) {
         std::string leader = it->get<std::string>();
@@ -175,7 +168,7 @@ class Api {
     Connect(next);
     return true;
   }
-  Failure FailureOf(const httplib::Response& res) const {
+  Failure FailureOf(const http::Response& res) const {
     json j = json::parse(res.body, nullptr, false);
     std::string msg = j.is_object() && j.contains("error") && j["error"].is_string()
                           ? j["error"].get<std::string>()
@@ -190,7 +183,7 @@ class Api {
   std::string ca_cert_;
   size_t at_ = 0;
   std::string url_;  // urls_[at_]
-  std::shared_ptr<httplib::Client> client_;
+  std::unique_ptr<http::Client> client_;
   std::string token_;
 };
 
@@ -268,30 +261,52 @@ inline void AddCommon(CLI::App* cmd, Common& c, bool output) {
 
 // The commit id of the git work tree holding `path` (a file or directory), with
 // "-dirty" appended when tracked files have uncommitted changes; "" outside a git tree
-// or without git.
+// or without git. Outside a work tree (no ".git" in the directory or above it, and no
+// $GIT_DIR) it starts no process: `trainyard submit` stays a few milliseconds there.
+// Inside one, one `git status` gives both the commit and whether it is dirty.
 inline std::string GitCodeVersion(const std::string& path) {
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::is_directory(path, ec)
                                   ? std::filesystem::path(path)
                                   : std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  auto run = [&](const std::string& args) {
-    std::string cmd = "git -C '" + dir.string() + "' " + args + " 2>/dev/null";
-    std::string out;
-    if (dir.string().find('\'') != std::string::npos) return out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
-    if (pclose(p) != 0) out.clear();
-    return out;
-  };
-  std::string head = run("rev-parse HEAD");
-  while (!head.empty() && std::isspace(static_cast<unsigned char>(head.back()))) head.pop_back();
+  if (dir.string().find('\'') != std::string::npos) return "";
+  if (const char* git_dir = std::getenv("GIT_DIR"); git_dir == nullptr || *git_dir == 0) {
+    bool found = false;
+    for (std::filesystem::path p = std::filesystem::absolute(dir, ec); !ec && !p.empty();
+         p = p.parent_path()) {
+      if (std::filesystem::exists(p / ".git", ec)) {
+        found = true;
+        break;
+      }
+      if (p == p.root_path()) break;
+    }
+    if (!found) return "";
+  }
+  const std::string cmd = "git -C '" + dir.string() +
+                          "' status --porcelain=v2 --branch --untracked-files=no 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
+  if (pclose(p) != 0) return "";
+  std::string head;
+  bool dirty = false;
+  for (size_t pos = 0; pos < out.size();) {
+    size_t eol = out.find('\n', pos);
+    if (eol == std::string::npos) eol = out.size();
+    const std::string_view line(out.data() + pos, eol - pos);
+    pos = eol + 1;
+    if (line.starts_with("# branch.oid ")) {
+      head = std::string(line.substr(13));
+    } else if (!line.empty() && line[0] != '#') {
+      dirty = true;  // a changed tracked file
+    }
+  }
   if (head.size() < 7 || head.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
-  if (!run("status --porcelain --untracked-files=no").empty()) head += "-dirty";
-  return head;
+  return dirty ? head + "-dirty" : head;
 }
 
 inline bool Terminal(const std::string& state) {

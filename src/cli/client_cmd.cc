@@ -1,7 +1,5 @@
 #include "cli/client_cmd.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -14,9 +12,7 @@
 
 #include "cli/app.h"
 #include "cli/client.h"
-#include "cli/server_cmd.h"
 #include "core/units.h"
-#include "http/tls.h"
 
 namespace trainyard::cli {
 
@@ -63,7 +59,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       exit_code = WithApi(f->c, err, "submit", [&](Api& api) -> std::optional<Failure> {
         std::string path = "/api/v1/jobs";
         std::string query;
-        if (!f->array.empty()) query += "&array=" + httplib::detail::encode_query_param(f->array);
+        if (!f->array.empty()) query += "&array=" + http::EncodeComponent(f->array);
         if (!code.empty()) query += "&code=" + code;
         if (!query.empty()) path += "?" + query.substr(1);
         TY_CALL(res, api.Call("POST", path, text));
@@ -127,8 +123,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         std::string q;
         auto add = [&](const char* k, const std::string& v) {
           if (!v.empty())
-            q += std::string(q.empty() ? "?" : "&") + k + "=" +
-                 httplib::detail::encode_query_param(v);
+            q += std::string(q.empty() ? "?" : "&") + k + "=" + http::EncodeComponent(v);
         };
         std::string states = f->state;
         if (states.empty() && !f->all) states = "Pending,Admitted,Starting,Running,Preempting,Lost";
@@ -185,9 +180,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     cmd->add_option("id", f->id, "Job id")->required();
     cmd->callback([f, &exit_code, &out, &err] {
       exit_code = WithApi(f->c, err, "job show", [&](Api& api) -> std::optional<Failure> {
-        TY_CALL(j, api.Call("GET", "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id)));
-        TY_CALL(ev, api.Call("GET", "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id) +
-                                        "/events"));
+        TY_CALL(j, api.Call("GET", "/api/v1/jobs/" + http::EncodeComponent(f->id)));
+        TY_CALL(ev, api.Call("GET", "/api/v1/jobs/" + http::EncodeComponent(f->id) + "/events"));
         j["events"] = ev["events"];
         if (f->c.output == "json") {
           out << j.dump() << "\n";
@@ -252,8 +246,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       exit_code = WithApi(f->c, err, verb, [&](Api& api) -> std::optional<Failure> {
         json all = json::array();
         for (const auto& id : f->ids) {
-          TY_CALL(res, api.Call("POST", "/api/v1/jobs/" + httplib::detail::encode_query_param(id) +
-                                            "/" + verb));
+          TY_CALL(res, api.Call("POST", "/api/v1/jobs/" + http::EncodeComponent(id) + "/" + verb));
           if (f->c.output == "json") {
             all.push_back(res);
           } else {
@@ -301,13 +294,12 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         ->needs(grep)
         ->capture_default_str();
     cmd->callback([f, grep, &exit_code, &out, &err] {
-      const std::string job_path = "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id);
+      const std::string job_path = "/api/v1/jobs/" + http::EncodeComponent(f->id);
       if (grep->count() > 0) {
         exit_code = WithApi(f->c, err, "logs", [&](Api& api) -> std::optional<Failure> {
-          std::string path =
-              job_path + "/logs/search?pattern=" + httplib::detail::encode_query_param(f->grep) +
-              "&max_matches=" + std::to_string(f->max) +
-              (f->ignore_case ? "&ignore_case=true" : "");
+          std::string path = job_path + "/logs/search?pattern=" + http::EncodeComponent(f->grep) +
+                             "&max_matches=" + std::to_string(f->max) +
+                             (f->ignore_case ? "&ignore_case=true" : "");
           if (f->rank >= 0) path += "&rank=" + std::to_string(f->rank);
           if (f->attempt >= 0) path += "&attempt=" + std::to_string(f->attempt);
           TY_CALL(res, api.Call("GET", path));
@@ -336,23 +328,17 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
                              "&offset=" + std::to_string(offset) +
                              (f->follow ? "&wait_ms=20000" : "");
           if (f->attempt >= 0) path += "&attempt=" + std::to_string(f->attempt);
-          auto res = api.client().Get(path.c_str());
-          if (!res) return Failure{"cannot reach the server: " + httplib::to_string(res.error())};
-          if (res->status != 200) {
-            json j = json::parse(res->body, nullptr, false);
-            return Failure{j.is_object() && j.contains("error")
-                               ? j["error"].get<std::string>()
-                               : "HTTP " + std::to_string(res->status),
-                           res->status == 400 ? kExitUsage : kExitFailure};
-          }
-          if (res->get_header_value("X-Trainyard-Log-Pruned") == "true") {
+          auto sent = api.Send("GET", path, "", "");
+          if (auto* failure = std::get_if<Failure>(&sent)) return *failure;
+          const http::Response& res = std::get<http::Response>(sent);
+          if (res.Header("X-Trainyard-Log-Pruned") == "true") {
             err << "trainyard logs: this log was deleted by the server's log retention "
                    "(--log-retention, --log-max-bytes)\n";
             break;
           }
-          out << res->body << std::flush;
-          const int64_t next = std::stoll("0" + res->get_header_value("X-Trainyard-Next-Offset"));
-          const std::string state = res->get_header_value("X-Trainyard-Job-State");
+          out << res.body << std::flush;
+          const int64_t next = std::stoll("0" + res.Header("X-Trainyard-Next-Offset"));
+          const std::string state = res.Header("X-Trainyard-Job-State");
           const bool more = next > offset;
           offset = next;
           if (!f->follow) {
@@ -409,7 +395,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         ->excludes(list);
     cmd->add_flag("--json", f->json, "Print the request (or --list) as JSON");
     cmd->callback([f, &exit_code, &out, &err] {
-      const std::string job = "/api/v1/jobs/" + httplib::detail::encode_query_param(f->id);
+      const std::string job = "/api/v1/jobs/" + http::EncodeComponent(f->id);
       auto size = [](const json& r) {
         const int64_t b = r.value("bytes", int64_t{0});
         char text[32];
@@ -463,7 +449,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
           return std::nullopt;
         }
         if (!f->get.empty()) {
-          std::string path = job + "/profiles/" + httplib::detail::encode_query_param(f->get);
+          std::string path = job + "/profiles/" + http::EncodeComponent(f->get);
           if (f->rank >= 0) path += "?rank=" + std::to_string(f->rank);
           auto trace = api.Fetch(path);
           if (auto* failure = std::get_if<Failure>(&trace)) return *failure;
@@ -524,7 +510,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
               << (ok ? " (" + size(r) + ")" : ": " + Str(r, "message")) << "\n";
         }
         if (stored > 0 && !f->file.empty()) {
-          auto trace = api.Fetch(job + "/profiles/" + httplib::detail::encode_query_param(pid));
+          auto trace = api.Fetch(job + "/profiles/" + http::EncodeComponent(pid));
           if (auto* failure = std::get_if<Failure>(&trace)) return *failure;
           if (auto failure = save(std::get<std::string>(trace))) return failure;
           if (f->file != "-") {
@@ -585,8 +571,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     show->add_option("node", f->node, "Node name")->required();
     show->callback([f, &exit_code, &out, &err] {
       exit_code = WithApi(f->c, err, "nodes show", [&](Api& api) -> std::optional<Failure> {
-        TY_CALL(n,
-                api.Call("GET", "/api/v1/nodes/" + httplib::detail::encode_query_param(f->node)));
+        TY_CALL(n, api.Call("GET", "/api/v1/nodes/" + http::EncodeComponent(f->node)));
         if (f->c.output == "json") {
           out << n.dump() << "\n";
           return std::nullopt;
@@ -652,8 +637,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     cmd->callback([f, verb, &exit_code, &out, &err] {
       exit_code = WithApi(f->c, err, verb, [&](Api& api) -> std::optional<Failure> {
         TY_CALL(res,
-                api.Call("POST", "/api/v1/nodes/" + httplib::detail::encode_query_param(f->node) +
-                                     "/" + verb));
+                api.Call("POST", "/api/v1/nodes/" + http::EncodeComponent(f->node) + "/" + verb));
         if (f->c.output == "json") {
           out << res.dump() << "\n";
         } else {
@@ -696,8 +680,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         return Failure{"expected TENANT/QUEUE (e.g. vision/train), got \"" + text + "\"",
                        kExitUsage};
       }
-      return "/api/v1/queues/" + httplib::detail::encode_query_param(text.substr(0, slash)) + "/" +
-             httplib::detail::encode_query_param(text.substr(slash + 1));
+      return "/api/v1/queues/" + http::EncodeComponent(text.substr(0, slash)) + "/" +
+             http::EncodeComponent(text.substr(slash + 1));
     };
     struct F {
       Common c;
@@ -799,10 +783,9 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     quota->callback([qf, print_tenants, &exit_code, &err] {
       exit_code = WithApi(qf->c, err, "tenants quota", [&](Api& api) -> std::optional<Failure> {
         json body = {{"guaranteed_gpus", qf->guaranteed}, {"limit_gpus", qf->limit}};
-        TY_CALL(res, api.Call("PUT",
-                              "/api/v1/tenants/" + httplib::detail::encode_query_param(qf->name) +
-                                  "/quota",
-                              body.dump()));
+        TY_CALL(res,
+                api.Call("PUT", "/api/v1/tenants/" + http::EncodeComponent(qf->name) + "/quota",
+                         body.dump()));
         print_tenants(qf->c, json::array({res}));
         return std::nullopt;
       });
@@ -907,8 +890,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
           body["priority_classes"] = classes;
         }
         TY_CALL(res,
-                api.Call("PATCH", "/api/v1/users/" + httplib::detail::encode_query_param(uf->name),
-                         body.dump()));
+                api.Call("PATCH", "/api/v1/users/" + http::EncodeComponent(uf->name), body.dump()));
         print_users(uf->c, json::array({res}));
         return std::nullopt;
       });
@@ -920,8 +902,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     del->add_option("name", df->name, "User name")->required();
     del->callback([df, &exit_code, &out, &err] {
       exit_code = WithApi(df->c, err, "users delete", [&](Api& api) -> std::optional<Failure> {
-        TY_CALL(res, api.Call("DELETE",
-                              "/api/v1/users/" + httplib::detail::encode_query_param(df->name)));
+        TY_CALL(res, api.Call("DELETE", "/api/v1/users/" + http::EncodeComponent(df->name)));
         out << "deleted user " << df->name << "\n";
         return std::nullopt;
       });
@@ -946,7 +927,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       if (!tokens->get_subcommands().empty()) return;
       exit_code = WithApi(lf->c, err, "tokens", [&](Api& api) -> std::optional<Failure> {
         std::string path = "/api/v1/tokens";
-        if (!lf->user.empty()) path += "?user=" + httplib::detail::encode_query_param(lf->user);
+        if (!lf->user.empty()) path += "?user=" + http::EncodeComponent(lf->user);
         TY_CALL(res, api.Call("GET", path));
         if (lf->c.output == "json") {
           out << res["tokens"].dump() << "\n";
@@ -994,8 +975,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     revoke->add_option("id", rf->id, "Token id (the 12 hex digits after tyt_)")->required();
     revoke->callback([rf, &exit_code, &out, &err] {
       exit_code = WithApi(rf->c, err, "tokens revoke", [&](Api& api) -> std::optional<Failure> {
-        TY_CALL(res, api.Call("DELETE",
-                              "/api/v1/tokens/" + httplib::detail::encode_query_param(rf->id)));
+        TY_CALL(res, api.Call("DELETE", "/api/v1/tokens/" + http::EncodeComponent(rf->id)));
         out << "revoked token " << Str(res, "id") << " of user " << Str(res, "user") << "\n";
         return std::nullopt;
       });
@@ -1023,8 +1003,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         for (const auto& [k, v] : {std::pair<const char*, const std::string*>{"actor", &f->actor},
                                    {"tenant", &f->tenant},
                                    {"object", &f->object}}) {
-          if (!v->empty())
-            q += std::string("&") + k + "=" + httplib::detail::encode_query_param(*v);
+          if (!v->empty()) q += std::string("&") + k + "=" + http::EncodeComponent(*v);
         }
         TY_CALL(res, api.Call("GET", "/api/v1/audit?" + q));
         if (f->c.output == "json") {

@@ -1,4 +1,5 @@
-// The `trainyard` executable.
+// The `trainyard` executable: the client commands; the daemons' run trainyard-daemon
+// (cli/app.h).
 #include <iostream>
 
 #include "cli/app.h"

@@ -15,7 +15,7 @@
 namespace trainyard::cli {
 namespace {
 
-std::string Enc(const std::string& s) { return httplib::detail::encode_query_param(s); }
+std::string Enc(const std::string& s) { return http::EncodeComponent(s); }
 
 // "job_id=17 node=node-1 gpu=2": the labels that say what an alert is about.
 std::string Subject(const json& labels) {

@@ -16,7 +16,7 @@
 namespace trainyard::cli {
 namespace {
 
-std::string Enc(const std::string& s) { return httplib::detail::encode_query_param(s); }
+std::string Enc(const std::string& s) { return http::EncodeComponent(s); }
 
 // A metric value as JSON carries it: a number, or "NaN" / "Infinity" / "-Infinity".
 std::string Num(const json& v) {

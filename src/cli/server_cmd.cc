@@ -526,26 +526,16 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
-std::string DefaultDataDir() {
-  if (const char* d = std::getenv("TRAINYARD_DATA_DIR"); d != nullptr && *d) return d;
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h)
-    return std::string(h) + "/.trainyard";
-  return ".trainyard";
-}
-
 void AddServerCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
   auto f = std::make_shared<ServerFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "server",
-      "Run the control plane: REST API, scheduler loop and agent endpoints (docs/api.md)");
+  CLI::App* cmd = app.add_subcommand("server", DaemonCommandAbout("server"));
   AddServerFlags(cmd, *f);
   cmd->callback([f, &exit_code, &out, &err] { exit_code = RunServer(*f, out, err); });
 }
 
 void AddUpCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
   auto f = std::make_shared<UpFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "up", "Start a local cluster: the server and N agents with simulated GPUs on this machine");
+  CLI::App* cmd = app.add_subcommand("up", DaemonCommandAbout("up"));
   AddServerFlags(cmd, f->server);
   cmd->add_option("--nodes", f->nodes, "Agents to start")->capture_default_str();
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "Simulated GPUs per agent")

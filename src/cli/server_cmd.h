@@ -9,13 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <iosfwd>
 
+#include "cli/app.h"
+
 namespace trainyard::cli {
 
 void AddServerCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err);
 void AddUpCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err);
-
-// The data directory used when none is given: $TRAINYARD_DATA_DIR, else
-// $HOME/.trainyard, else ./.trainyard.
-std::string DefaultDataDir();
 
 }  // namespace trainyard::cli

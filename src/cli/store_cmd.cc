@@ -84,7 +84,7 @@ int RunStoreCopy(const StoreCopyOptions& options, std::ostream& out, std::ostrea
 }
 
 void AddStoreCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
-  CLI::App* store = app.add_subcommand("store", "Work on a control plane's store (docs/ha.md)");
+  CLI::App* store = app.add_subcommand("store", DaemonCommandAbout("store"));
   store->require_subcommand(1);
   auto o = std::make_shared<StoreCopyOptions>();
   CLI::App* copy = store->add_subcommand(

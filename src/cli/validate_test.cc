@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/app.h"
+#include "cli/daemon.h"
 #include "store/sqlite_store.h"
 #include "store/testing.h"
 
@@ -34,7 +35,7 @@ CliRun Cli(std::vector<std::string> args) {
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
+  int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err, &AddDaemonCommands);
   return {code, out.str(), err.str()};
 }
 
