@@ -146,17 +146,24 @@ TEST_F(ClientTest, TimesOutWhenNoAnswerComes) {
   EXPECT_THAT(std::get<Error>(r).message, HasSubstr("waiting for the answer"));
 }
 
-TEST(ClientErrorsTest, ConnectionRefusedIsAConnectionError) {
-  // A port nothing listens on: bind one, close it.
+// A TCP socket bound to a free loopback port; sets `port`.
+int BindLoopback(int& port) {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   socklen_t len = sizeof a;
   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  Client client("http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)), {});
+  port = ntohs(a.sin_port);
+  return s;
+}
+
+TEST(ClientErrorsTest, ConnectionRefusedIsAConnectionError) {
+  // A port nothing listens on: bind one, close it.
+  int port = 0;
+  ::close(BindLoopback(port));
+  Client client("http://127.0.0.1:" + std::to_string(port), {});
   auto r = client.Send("GET", "/hello");
   ASSERT_TRUE(std::holds_alternative<Error>(r));
   EXPECT_EQ(std::get<Error>(r).kind, ErrorKind::kConnection);
@@ -179,14 +186,9 @@ TEST(ClientErrorsTest, BadUrlsAreNamed) {
 }
 
 TEST(ClientErrorsTest, AnAnswerThatIsNotHttpIsAProtocolError) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int port = 0;
+  const int listener = BindLoopback(port);
   ASSERT_EQ(::listen(listener, 4), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
   std::thread peer([listener] {
     for (const char* answer :
          {"SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"}) {
@@ -197,7 +199,7 @@ TEST(ClientErrorsTest, AnAnswerThatIsNotHttpIsAProtocolError) {
       ::close(c);
     }
   });
-  Client client("http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)), {});
+  Client client("http://127.0.0.1:" + std::to_string(port), {});
   auto garbage = client.Send("GET", "/");
   ASSERT_TRUE(std::holds_alternative<Error>(garbage));
   EXPECT_EQ(std::get<Error>(garbage).kind, ErrorKind::kProtocol);
