@@ -16,6 +16,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -118,7 +119,16 @@ class Api {
   std::variant<http::Response, Failure> Send(const std::string& method, const std::string& path,
                                              const std::string& body, const std::string& type) {
     auto res = client_->Send(method, path, body, type);
-    for (size_t tries = 1; tries < urls_.size() && FollowLeader(res); ++tries) {
+    // With several servers, go round them while the answers say "not here" (no
+    // connection, or a standby): once round at least, and during a fail-over, when
+    // the old leader is gone and the new one is not serving yet, for up to
+    // kFailoverWait, pausing between rounds. Nothing reached a server in those cases, so
+    // even a submission is safe to send again.
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t hops = 1; urls_.size() > 1; ++hops) {
+      if (hops >= urls_.size() && std::chrono::steady_clock::now() - start > kFailoverWait) break;
+      if (!FollowLeader(res)) break;
+      if (hops % urls_.size() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
       res = client_->Send(method, path, body, type);
     }
     if (auto* e = std::get_if<http::Error>(&res)) {
@@ -128,6 +138,10 @@ class Api {
     if (r.status / 100 != 2) return FailureOf(r);
     return std::move(r);
   }
+
+  // How long a call keeps going round several servers none of which leads: longer
+  // than a fail-over (the default --leader-timeout is 10 s; docs/ha.md).
+  static constexpr std::chrono::seconds kFailoverWait{20};
 
  private:
   Api(std::vector<std::string> urls, std::string ca_cert)

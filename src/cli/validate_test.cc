@@ -2,14 +2,21 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli/app.h"
+#include "cli/client.h"
 #include "cli/daemon.h"
 #include "store/sqlite_store.h"
 #include "store/testing.h"
@@ -255,6 +262,56 @@ TEST(ValidateCommandTest, SecretEnvValuesArePrintedRedacted) {
   EXPECT_EQ(nlohmann::json::parse(json.out)[0]["spec"]["env"]["HF_TOKEN"], "<redacted>");
   EXPECT_THAT(json.out, Not(HasSubstr("Sup3r")));
   std::remove(path.c_str());
+}
+
+// A loopback port nothing listens on (bound, then closed).
+int FreePort() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+TEST(ClientApiTest, KeepsGoingRoundItsServersThroughAFailover) {
+  // Neither server answers at first (the old leader is gone, the new one is still
+  // loading its state); the second starts serving 600 ms later.
+  const int gone = FreePort(), next = FreePort();
+  httplib::Server late;
+  late.Get("/api/v1/ping", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"ok": true})", "application/json");
+  });
+  std::thread serving([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    late.listen("127.0.0.1", next);
+  });
+  Common c;
+  c.server =
+      "http://127.0.0.1:" + std::to_string(gone) + ",http://127.0.0.1:" + std::to_string(next);
+  std::variant<json, Failure> r;
+  {
+    auto api = Api::Connect(c);
+    ASSERT_TRUE(std::holds_alternative<Api>(api));
+    r = std::get<Api>(api).Call("GET", "/api/v1/ping");
+  }  // closes its kept connection, which would hold the server's stop for 5 s
+  late.stop();
+  serving.join();
+  ASSERT_TRUE(std::holds_alternative<json>(r)) << std::get<Failure>(r).message;
+  EXPECT_EQ(std::get<json>(r)["ok"], true);
+
+  // One server that does not answer: the call fails at once, naming it.
+  c.server = "http://127.0.0.1:" + std::to_string(gone);
+  auto alone = Api::Connect(c);
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = std::get<Api>(alone).Call("GET", "/api/v1/ping");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  ASSERT_TRUE(std::holds_alternative<Failure>(refused));
+  EXPECT_THAT(std::get<Failure>(refused).message,
+              HasSubstr("cannot reach the server at " + c.server + ": Connection refused"));
 }
 
 }  // namespace
