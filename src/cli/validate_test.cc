@@ -3,9 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -18,6 +15,7 @@
 #include "cli/app.h"
 #include "cli/client.h"
 #include "cli/daemon.h"
+#include "http/testing.h"
 #include "store/sqlite_store.h"
 #include "store/testing.h"
 
@@ -264,23 +262,11 @@ TEST(ValidateCommandTest, SecretEnvValuesArePrintedRedacted) {
   std::remove(path.c_str());
 }
 
-// A loopback port nothing listens on (bound, then closed).
-int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 TEST(ClientApiTest, KeepsGoingRoundItsServersThroughAFailover) {
   // Neither server answers at first (the old leader is gone, the new one is still
   // loading its state); the second starts serving 600 ms later.
-  const int gone = FreePort(), next = FreePort();
+  const int gone = http::testing::ClosedLoopbackPort();
+  const int next = http::testing::ClosedLoopbackPort();
   httplib::Server late;
   late.Get("/api/v1/ping", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"ok": true})", "application/json");

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <thread>
 
+#include "http/testing.h"
+
 namespace trainyard::http {
 namespace {
 
@@ -146,24 +148,9 @@ TEST_F(ClientTest, TimesOutWhenNoAnswerComes) {
   EXPECT_THAT(std::get<Error>(r).message, HasSubstr("waiting for the answer"));
 }
 
-// A TCP socket bound to a free loopback port; sets `port`.
-int BindLoopback(int& port) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  port = ntohs(a.sin_port);
-  return s;
-}
-
 TEST(ClientErrorsTest, ConnectionRefusedIsAConnectionError) {
   // A port nothing listens on: bind one, close it.
-  int port = 0;
-  ::close(BindLoopback(port));
-  Client client("http://127.0.0.1:" + std::to_string(port), {});
+  Client client("http://127.0.0.1:" + std::to_string(testing::ClosedLoopbackPort()), {});
   auto r = client.Send("GET", "/hello");
   ASSERT_TRUE(std::holds_alternative<Error>(r));
   EXPECT_EQ(std::get<Error>(r).kind, ErrorKind::kConnection);
@@ -187,7 +174,7 @@ TEST(ClientErrorsTest, BadUrlsAreNamed) {
 
 TEST(ClientErrorsTest, AnAnswerThatIsNotHttpIsAProtocolError) {
   int port = 0;
-  const int listener = BindLoopback(port);
+  const int listener = testing::BindLoopback(port);
   ASSERT_EQ(::listen(listener, 4), 0);
   std::thread peer([listener] {
     for (const char* answer :
