@@ -47,7 +47,10 @@ server() {  # NAME: a server on port 0 with its own data dir, sharing the store
 }
 server a
 for _ in $(seq 600); do [[ -s $WORK/a/server.url ]] && break; sleep 0.05; done
-[[ -s $WORK/a/server.url ]] || fail "server a did not lead: $(cat "$WORK/a.log")"
+if [[ ! -s $WORK/a/server.url ]]; then
+  stacks "$PID_a"
+  fail "server a did not lead: $(cat "$WORK/a.log")"
+fi
 URL_A=$(cat "$WORK/a/server.url")
 server b
 for _ in $(seq 600); do grep -q "standby at" "$WORK/b.log" && break; sleep 0.05; done

@@ -20,6 +20,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Prints where each thread of process PID is (gdb, when installed): for a server that
+# hangs, the failure then says on what.
+stacks() {
+  command -v gdb >/dev/null || return 0
+  echo "--- threads of $1" >&2
+  timeout 30 gdb -batch -p "$1" -ex "thread apply all bt 12" 2>/dev/null |
+    grep -E "^Thread|^#" | head -200 >&2 || true
+}
+
 fail() {
   echo "FAIL ($CASE): $*" >&2
   echo "--- server log" >&2; tail -20 "$WORK/server.log" >&2 || true
