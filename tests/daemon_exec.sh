@@ -14,7 +14,10 @@ fail() {
 out=$("$T" server --help) || fail "trainyard server --help exited $?"
 grep -q "Usage: trainyard server" <<<"$out" || fail "no server usage: ${out:0:200}"
 grep -q -- "--store" <<<"$out" || fail "server help lacks --store"
-"$T" --help | grep -q "^  agent " || fail "trainyard --help does not list agent"
+# (The help into a variable first: `grep -q` in a pipe may close it before the help is
+# written, and pipefail would then count the writer's SIGPIPE as a failure.)
+help=$("$T" --help)
+grep -q "^  agent " <<<"$help" || fail "trainyard --help does not list agent"
 
 # The same process: exec, not a child (the pid a supervisor started is the server's),
 # with argv[0] as typed.
