@@ -59,8 +59,10 @@ int ExecDaemon(const char* const* argv, std::ostream& out, std::ostream& err) {
   return kExitFailure;
 }
 
-int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
-        AddCommandsFn add_daemon_commands) {
+}  // namespace
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+           AddCommandsFn add_daemon_commands) {
   CLI::App app{
       "Trainyard: a GPU training-cluster manager.\n"
       "Gang scheduling, quotas, checkpoint-aware preemption, experiment tracking and\n"
@@ -131,8 +133,6 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
   return exit_code;
 }
 
-}  // namespace
-
 const char* DaemonCommandAbout(const std::string& name) {
   for (const DaemonCommand& d : kDaemonCommands) {
     if (name == d.name) return d.about;
@@ -154,12 +154,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       if (std::strcmp(argv[1], d.name) == 0) return ExecDaemon(argv, out, err);
     }
   }
-  return Run(argc, argv, out, err, nullptr);
-}
-
-int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
-           AddCommandsFn add_daemon_commands) {
-  return Run(argc, argv, out, err, add_daemon_commands);
+  return RunCli(argc, argv, out, err, nullptr);
 }
 
 }  // namespace trainyard::cli

@@ -48,7 +48,8 @@ using AddCommandsFn = void (*)(CLI::App& app, int& exit_code, std::ostream& out,
 
 // `trainyard`: the client commands; a daemon command execs trainyard-daemon.
 int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
-// `trainyard-daemon`: every command, the daemons' added by `add_daemon_commands`.
+// `trainyard-daemon`: every command, the daemons' added by `add_daemon_commands`
+// (nullptr: they are only listed in the help).
 int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
            AddCommandsFn add_daemon_commands);
 
