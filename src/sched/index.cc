@@ -104,6 +104,8 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     leaf_names_.push_back(name);
   }
   if (leaf_names_.empty()) leaf_names_.push_back("");
+  all_leaves_.resize(leaf_names_.size());
+  for (size_t l = 0; l < all_leaves_.size(); ++l) all_leaves_[l] = static_cast<int>(l);
 
   slots_.resize(snapshot.nodes.size());
   identity_indices_.assign(snapshot.nodes.size(), false);
@@ -126,6 +128,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
   if (!std::is_sorted(by_name.begin(), by_name.end(), name_order)) {
     std::sort(by_name.begin(), by_name.end(), name_order);
   }
+  std::vector<int32_t> domain_slot;  // by interned domain id: the first slot that has it
   for (size_t k = 0; k < snapshot.nodes.size(); ++k) {
     const int32_t i = by_name[k];
     const Node& n = snapshot.nodes[i];
@@ -160,6 +163,11 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
       if (last_domain == nullptr || *last_domain != domain) {
         last_domain = &domain;
         last_domain_id = nvlink_ids.Intern(domain, static_cast<int32_t>(nvlink_ids.size()));
+        if (static_cast<size_t>(last_domain_id) == domain_slot.size()) {
+          domain_slot.push_back(static_cast<int32_t>(k));
+        } else if (domain_slot[last_domain_id] != static_cast<int32_t>(k)) {
+          domains_span_nodes_ = true;
+        }
       }
       size_t pos = 0;
       while (pos < s.nvlink_ids.size() && s.nvlink_ids[pos] != last_domain_id) ++pos;

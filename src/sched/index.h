@@ -87,6 +87,10 @@ class NodeIndex {
   const NodeSlot& slot(int i) const { return slots_[i]; }
   int LeafCount() const { return static_cast<int>(leaf_names_.size()); }
   int TypeCount() const { return static_cast<int>(type_names_.size()); }
+  // Every leaf id, 0 .. LeafCount() - 1, for walks over the whole cluster.
+  const std::vector<int>& AllLeaves() const { return all_leaves_; }
+  // True when some NVLink domain has GPUs on more than one node (NVL72-style racks).
+  bool DomainsSpanNodes() const { return domains_span_nodes_; }
   const std::string& TypeName(int t) const { return type_names_[t]; }
   const std::string& LeafName(int l) const { return leaf_names_[l]; }
   // -1 when no node has GPUs of this type.
@@ -163,6 +167,8 @@ class NodeIndex {
   std::vector<NodeSlot> slots_;
   std::vector<std::string> type_names_;
   std::vector<std::string> leaf_names_;
+  std::vector<int> all_leaves_;
+  bool domains_span_nodes_ = false;
   // Keys view the snapshot's node names, which outlive the index.
   std::vector<std::vector<int32_t>> buckets_;  // BucketKey -> nodes (schedulable only)
   int bucket_stride_ = 65;                     // 1 + the most GPUs on one node

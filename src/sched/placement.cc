@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 
 namespace trainyard::sched {
 namespace {
@@ -72,7 +73,7 @@ class Builder {
 // order the style prefers: best fit takes the fewest free first; for a gang that
 // spans nodes, the most free first, so it lands on few nodes.
 template <typename Fn>
-void ForNodes(const NodeIndex& index, int type, const std::vector<int>& leaves, int min_free,
+void ForNodes(const NodeIndex& index, int type, std::span<const int> leaves, int min_free,
               bool fewest_first, Fn&& fn) {
   min_free = std::max(min_free, 1);
   auto visit = [&](int f) {
@@ -96,7 +97,7 @@ void ForNodes(const NodeIndex& index, int type, const std::vector<int>& leaves, 
 }
 
 std::optional<GangPlacement> PlaceInLeaves(const NodeIndex& index, const GangRequest& req, int type,
-                                           const std::vector<int>& leaves) {
+                                           std::span<const int> leaves) {
   const int g = req.shape.gpus;
   // A gang that fits on one node goes to the tightest such node.
   if (req.max_replicas > 1) {
@@ -125,44 +126,50 @@ std::optional<GangPlacement> PlaceInLeaves(const NodeIndex& index, const GangReq
 
 std::optional<GangPlacement> PlaceSameNode(const NodeIndex& index, const GangRequest& req,
                                            int type) {
-  std::vector<int> leaves(index.LeafCount());
-  for (int l = 0; l < index.LeafCount(); ++l) leaves[l] = l;
   std::optional<GangPlacement> found;
-  ForNodes(index, type, leaves, req.shape.replicas * req.shape.gpus, true, [&](int32_t n) {
-    if (Excluded(req, n) || index.ReplicasFit(n, req.shape) < req.shape.replicas) return true;
-    Builder b(index, req);
-    b.AddNode(n);
-    found = b.Result();
-    return false;
-  });
+  ForNodes(index, type, index.AllLeaves(), req.shape.replicas * req.shape.gpus, true,
+           [&](int32_t n) {
+             if (Excluded(req, n) || index.ReplicasFit(n, req.shape) < req.shape.replicas)
+               return true;
+             Builder b(index, req);
+             b.AddNode(n);
+             found = b.Result();
+             return false;
+           });
   return found;
 }
 
 std::optional<GangPlacement> PlaceSameNvlink(const NodeIndex& index, const GangRequest& req,
                                              int type) {
   const int g = std::max(req.shape.gpus, 1);
-  // Replica capacity per domain, summed over the nodes that share it.
-  std::map<int32_t, int64_t> capacity;
-  std::vector<int> leaves(index.LeafCount());
-  for (int l = 0; l < index.LeafCount(); ++l) leaves[l] = l;
+  const std::vector<int>& leaves = index.AllLeaves();
+  // The domain with the least replica capacity that still holds the gang (the
+  // lowest id among equals); a domain's capacity is summed over the nodes sharing it.
+  int32_t best = -1;
+  int64_t best_cap = 0;
+  auto offer = [&](int32_t domain, int64_t cap) {
+    if (cap >= req.shape.replicas &&
+        (best < 0 || cap < best_cap || (cap == best_cap && domain < best))) {
+      best = domain;
+      best_cap = cap;
+    }
+  };
+  std::map<int32_t, int64_t> shared;  // only when domains span nodes
   ForNodes(index, type, leaves, g, true, [&](int32_t n) {
     if (Excluded(req, n)) return true;
     const NodeSlot& s = index.slot(n);
     int node_fit = index.ReplicasFit(n, req.shape);
     for (size_t d = 0; d < s.nvlink_masks.size(); ++d) {
       int fit = std::min(node_fit, __builtin_popcountll(s.nvlink_masks[d] & s.free_mask) / g);
-      capacity[s.nvlink_ids[d]] += fit;
+      if (index.DomainsSpanNodes()) {
+        shared[s.nvlink_ids[d]] += fit;
+      } else {
+        offer(s.nvlink_ids[d], fit);
+      }
     }
     return true;
   });
-  int32_t best = -1;
-  int64_t best_cap = 0;
-  for (const auto& [domain, cap] : capacity) {
-    if (cap >= req.shape.replicas && (best < 0 || cap < best_cap)) {
-      best = domain;
-      best_cap = cap;
-    }
-  }
+  for (const auto& [domain, cap] : shared) offer(domain, cap);
   if (best < 0) return std::nullopt;
   Builder b(index, req);
   ForNodes(index, type, leaves, g, false, [&](int32_t n) {
@@ -191,7 +198,7 @@ std::vector<int> LeavesThatFit(const NodeIndex& index, int type, int gpus, int r
 std::optional<GangPlacement> PlaceSameLeaf(const NodeIndex& index, const GangRequest& req,
                                            int type) {
   for (int leaf : LeavesThatFit(index, type, req.shape.gpus, req.shape.replicas)) {
-    if (auto p = PlaceInLeaves(index, req, type, {leaf})) return p;
+    if (auto p = PlaceInLeaves(index, req, type, std::span<const int>(&leaf, 1))) return p;
   }
   return std::nullopt;
 }
@@ -219,8 +226,7 @@ std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangReque
     if (p || req.topology.hard) return p;
   }
   if (!style.best_fit) return PlaceFirstFit(index, req, type);
-  std::vector<int> all(index.LeafCount());
-  for (int l = 0; l < index.LeafCount(); ++l) all[l] = l;
+  const std::vector<int>& all = index.AllLeaves();
   if (!style.pack_topology || req.max_replicas == 1) return PlaceInLeaves(index, req, type, all);
   // One leaf if any can hold the gang; else the fewest leaves, fullest first.
   if (auto p = PlaceSameLeaf(index, req, type)) return p;

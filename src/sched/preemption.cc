@@ -219,6 +219,13 @@ class BestSets {
 
 }  // namespace
 
+std::span<const int> VictimPool::VictimsOn(int32_t n) const {
+  auto it = std::lower_bound(node_ids_.begin(), node_ids_.end(), n);
+  if (it == node_ids_.end() || *it != n) return {};
+  const size_t i = static_cast<size_t>(it - node_ids_.begin());
+  return {node_victims_.data() + node_start_[i], node_victims_.data() + node_start_[i + 1]};
+}
+
 std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
                                      const PlacementStyle& style, const VictimPool& pool,
                                      const std::vector<VictimUse>& use, double penalty,

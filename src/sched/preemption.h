@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "sched/index.h"
@@ -71,6 +72,8 @@ class VictimPool {
   const Replica* replicas_end(int v) const {
     return &replicas_[victims_[v].first + victims_[v].count];
   }
+  // The victims with a replica on node `n` (index terms).
+  std::span<const int> VictimsOn(int32_t n) const;
 
  private:
   friend std::optional<VictimSet> FindVictims(NodeIndex&, const GangRequest&, const PlacementStyle&,

@@ -94,7 +94,6 @@ class Pass {
     ordering_ = std::move(ordering).value();
     style_ = *style;
     cost_ = std::move(cost).value();
-    victim_taken_.assign(snapshot.running.size(), false);
     // Jobs that may ever be victims in this pass, by ascending priority.
     for (size_t i = 0; i < snapshot.running.size(); ++i) {
       const RunningJob& v = snapshot.running[i];
@@ -105,6 +104,8 @@ class Pass {
     std::stable_sort(preemptible_.begin(), preemptible_.end(), [&](int a, int b) {
       return snapshot.running[a].priority < snapshot.running[b].priority;
     });
+    preemptible_priority_.reserve(preemptible_.size());
+    for (int i : preemptible_) preemptible_priority_.push_back(snapshot.running[i].priority);
   }
 
   Decisions Run() {
@@ -250,8 +251,11 @@ class Pass {
       req.max_replicas =
           static_cast<int>(std::clamp<int64_t>(room, req.shape.replicas, req.max_replicas));
     }
+    // Excluded nodes and a lower replica ceiling only narrow a request: where its
+    // shape is known not to fit, neither does it. Only the shape's own misses are
+    // recorded.
     const bool cacheable = c.excl_count == 0 && req.max_replicas == ShapeReq(c).max_replicas;
-    if (!(cacheable && KnownMisfit(c))) {
+    if (!KnownMisfit(c)) {
       if (auto p = PlaceGang(index_, req, style_)) {
         Bind(c, *p);
         return;
@@ -327,34 +331,38 @@ class Pass {
 
   void Claim(const GangPlacement& p) {
     ++version_;  // called whenever GPUs are reserved
-    for (const auto& [n, mask] : p.replicas) claimed_[n] |= mask;
+    for (const auto& [n, mask] : p.replicas) {
+      claimed_[n] |= mask;
+      MarkClaimed(n, mask);
+    }
+  }
+  // Pool victims holding any of `mask` on node `n` may no longer be chosen.
+  void MarkClaimed(int32_t n, uint64_t mask) {
+    if (!pool_) return;  // the pool, once built, marks what was claimed before
+    for (int k : pool_->VictimsOn(n)) {
+      for (const auto* r = pool_->replicas_begin(k); r != pool_->replicas_end(k); ++r) {
+        if (r->node == n && (r->mask & mask) != 0) facts_[k].claimed = true;
+      }
+    }
   }
 
-  // Per running job, once per pass and only when preemption is considered: its
-  // queue; and the pool of victims with their costs.
+  // Once per pass and only when preemption is considered: the pool of victims with
+  // their costs, and what the victim scan reads of each.
   void EnsureRunningInfo() {
     if (pool_) return;
-    running_queue_.resize(snap_.running.size());
-    for (size_t i = 0; i < snap_.running.size(); ++i) {
-      const RunningJob& v = snap_.running[i];
-      running_queue_[i] = quota_.Find(v.tenant, v.queue);
-    }
     std::vector<double> costs(preemptible_.size());
+    facts_.resize(preemptible_.size());
+    pool_pos_.assign(snap_.running.size(), -1);
     for (size_t k = 0; k < preemptible_.size(); ++k) {
-      costs[k] = cost_ ? cost_->Cost(snap_.running[preemptible_[k]], snap_.now, policy_) : 0;
+      const RunningJob& v = snap_.running[preemptible_[k]];
+      costs[k] = cost_ ? cost_->Cost(v, snap_.now, policy_) : 0;
+      facts_[k] = {v.priority, quota_.Find(v.tenant, v.queue), v.Gpus(), v.preempting, false,
+                   false};
+      pool_pos_[preemptible_[k]] = static_cast<int32_t>(k);
     }
     pool_.emplace(index_, preemptible_, costs);
     use_.assign(preemptible_.size(), VictimUse::kNo);
-  }
-
-  // Whether pool victim `k` holds GPUs an earlier job of this pass counts on.
-  bool HoldsClaimed(int k) const {
-    if (claimed_.empty()) return false;
-    for (const auto* r = pool_->replicas_begin(k); r != pool_->replicas_end(k); ++r) {
-      auto it = claimed_.find(r->node);
-      if (it != claimed_.end() && (r->mask & it->second) != 0) return true;
-    }
-    return false;
+    for (const auto& [n, mask] : claimed_) MarkClaimed(n, mask);
   }
 
   void Bind(const JobCtx& c, const GangPlacement& p) {
@@ -378,7 +386,7 @@ class Pass {
     if (lenders == 0) return std::nullopt;
     const Key key{{c.shape, static_cast<int64_t>(lenders)}};
     const bool cacheable = c.excl_count == 0 && req.max_replicas == ShapeReq(c).max_replicas;
-    if (cacheable && backfill_misfit_.count(key)) return std::nullopt;
+    if (backfill_misfit_.count(key)) return std::nullopt;  // narrower requests miss too
     std::vector<std::tuple<int32_t, uint64_t, Timestamp>> lent;
     lent.reserve(lenders);
     for (int32_t n : index_.ReservedNodes()) {
@@ -425,11 +433,9 @@ class Pass {
     // Only jobs of lower priority can be victims, except when reclaiming a guarantee.
     const size_t scan =
         within ? preemptible_.size()
-               : static_cast<size_t>(
-                     std::lower_bound(
-                         preemptible_.begin(), preemptible_.end(), job.priority,
-                         [&](int i, int32_t p) { return snap_.running[i].priority < p; }) -
-                     preemptible_.begin());
+               : static_cast<size_t>(std::lower_bound(preemptible_priority_.begin(),
+                                                      preemptible_priority_.end(), job.priority) -
+                                     preemptible_priority_.begin());
     if (scan == 0) return false;
     if (searches_ >= policy_.max_preemption_searches) {
       search_limit_hit_ = true;
@@ -437,24 +443,21 @@ class Pass {
     }
     EnsureRunningInfo();
     bool any = false;
-    for (size_t k = 0; k < preemptible_.size(); ++k) {
-      use_[k] = VictimUse::kNo;
-      if (k >= scan) continue;
-      const size_t i = preemptible_[k];
-      if (victim_taken_[i]) continue;
-      const RunningJob& v = snap_.running[i];
-      if (HoldsClaimed(static_cast<int>(k))) continue;  // an earlier job counts on its GPUs
-      int vq = running_queue_[i];
+    std::fill(use_.begin(), use_.begin() + static_cast<ptrdiff_t>(use_end_), VictimUse::kNo);
+    use_end_ = scan;  // every entry from here on is still kNo
+    for (size_t k = 0; k < scan; ++k) {
+      const VictimFacts& v = facts_[k];
+      if (v.taken || v.claimed) continue;
+      const int vq = v.queue;
       bool borrowing = vq >= 0 && quota_.Borrowing(vq);
       bool by_priority = v.priority < job.priority && (vq == c.queue || borrowing);
       bool by_reclaim = within && vq != c.queue && borrowing;
       if (v.preempting || by_priority || by_reclaim) {
         // Reclaim takes back what a queue borrows: a victim that would take its queue
         // below its own guarantee is the last resort.
-        use_[k] =
-            !v.preempting && !by_priority && quota_.Used(vq) - v.Gpus() < quota_.Guaranteed(vq)
-                ? VictimUse::kLastResort
-                : VictimUse::kYes;
+        use_[k] = !v.preempting && !by_priority && quota_.Used(vq) - v.gpus < quota_.Guaranteed(vq)
+                      ? VictimUse::kLastResort
+                      : VictimUse::kYes;
         any = true;
       }
     }
@@ -479,7 +482,7 @@ class Pass {
     std::vector<JobId> fresh, draining;
     for (int i : found->running) {
       const RunningJob& v = snap_.running[i];
-      victim_taken_[i] = true;
+      if (pool_pos_[i] >= 0) facts_[pool_pos_[i]].taken = true;
       if (v.preempting) {
         draining.push_back(v.id);
         continue;
@@ -551,9 +554,12 @@ class Pass {
           info.wait_tail = " (each replica also needs " + Describe(c.job->per_replica) + ")";
       }
     }
-    std::string out = info.wait_head;
-    if (s.gpus == 0) return out;
-    out += FreeText(s.type);
+    if (s.gpus == 0) return info.wait_head;
+    const std::string& free = FreeText(s.type);
+    std::string out;
+    out.reserve(info.wait_head.size() + free.size() + info.wait_tail.size() + 64);
+    out += info.wait_head;
+    out += free;
     out += info.wait_tail;
     if (c.excl_count != 0) out += "; " + std::to_string(c.excl_count) + " node(s) excluded";
     return out;
@@ -596,7 +602,6 @@ class Pass {
     classes_built_ = true;
     using ClassKey = std::tuple<int, int, int64_t, int64_t, int64_t, int>;
     std::map<ClassKey, int> key_to_class;
-    std::vector<int> domain_nodes;  // by interned domain id (dense from 0)
     const int leaves = index_.LeafCount();
     std::vector<int64_t> leaf_count;  // class * leaves + leaf
     class_of_.assign(index_.NodeCount(), -1);
@@ -609,9 +614,6 @@ class Pass {
       int max_domain = 0;
       for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
         max_domain = std::max(max_domain, __builtin_popcountll(slot.nvlink_masks[d]));
-        const size_t id = static_cast<size_t>(slot.nvlink_ids[d]);
-        if (id >= domain_nodes.size()) domain_nodes.resize(id + 1, 0);
-        if (++domain_nodes[id] > 1) shared_domains_ = true;
       }
       const ClassKey key{
           static_cast<int>(slot.type), slot.gpu_count, slot.gpu_memory, node.milli_cpus,
@@ -690,7 +692,7 @@ class Pass {
             std::max(cap.best_domain, std::min<int64_t>(fit, cls.max_domain / s.gpus));
     }
     for (int64_t v : per_leaf) cap.best_leaf = std::max(cap.best_leaf, v);
-    if (shared_domains_ && s.gpus > 0) cap.best_domain = DomainCapacityByNodes(c, type);
+    if (index_.DomainsSpanNodes() && s.gpus > 0) cap.best_domain = DomainCapacityByNodes(c, type);
     return cap;
   }
 
@@ -861,11 +863,10 @@ class Pass {
   PlacementStyle style_;
   std::unique_ptr<PreemptionCost> cost_;
   Decisions out_;
-  std::vector<bool> victim_taken_;
   std::vector<PassBind> bound_;  // gangs bound so far in this pass
-  Claims claimed_;
-  int64_t version_ = 0;       // bumped whenever free capacity changes
-  std::vector<JobCtx> ctxs_;  // admitted jobs, in snapshot order
+  Claims claimed_;               // busy GPUs earlier jobs of this pass count on
+  int64_t version_ = 0;          // bumped whenever free capacity changes
+  std::vector<JobCtx> ctxs_;     // admitted jobs, in snapshot order
   // The order the loop visits them: queue by queue, each queue's in its order.
   struct Visit {
     int32_t queue;
@@ -880,9 +881,8 @@ class Pass {
   std::vector<NodeClass> classes_;
   std::vector<int> class_of_;  // node -> class
   bool classes_built_ = false;
-  bool shared_domains_ = false;   // some NVLink domain spans nodes                // busy GPUs
-                                  // earlier jobs of this pass count on
-  std::vector<int> preemptible_;  // indices into running, ascending priority
+  std::vector<int> preemptible_;               // indices into running, ascending priority
+  std::vector<int32_t> preemptible_priority_;  // their priorities, side by side
   // Shapes that did not fit, by (type, replicas, topology): any shape needing at
   // least as much of everything will not fit either.
   NeedsCache misfit_;
@@ -890,9 +890,21 @@ class Pass {
   std::vector<Timestamp> lender_starts_;   // reserved_from of every reserved node, ascending
   uint64_t lenders_epoch_ = ~uint64_t{0};  // the index's reservation epoch they are of
   NeedsCache no_victims_;
-  std::vector<int> running_queue_;
+  // What the victim scan reads of each pool victim, side by side: a running job's
+  // record is large, and a scan visits thousands of them.
+  struct VictimFacts {
+    int32_t priority;
+    int32_t queue;  // -1: not a queue of this cluster
+    int64_t gpus;
+    bool preempting;
+    bool taken;            // already a victim in this pass
+    bool claimed = false;  // holds GPUs an earlier job of this pass counts on
+  };
+  std::vector<VictimFacts> facts_;  // by pool position
+  std::vector<int32_t> pool_pos_;   // running job -> pool position, -1 if not in the pool
   std::optional<VictimPool> pool_;  // built on the first victim search of the pass
   std::vector<VictimUse> use_;      // per pool victim, for the current search
+  size_t use_end_ = 0;              // use_ is kNo from here on
   int reservations_made_ = 0;
   int searches_ = 0;               // victim searches so far in this pass
   bool search_limit_hit_ = false;  // the job considered now skipped its victim search
