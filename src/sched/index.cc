@@ -5,62 +5,14 @@
 #include <unordered_map>
 
 namespace trainyard::sched {
-namespace {
-
-// Names (views of the snapshot's strings) to ids, for the index build: open
-// addressing in one array, so interning ten thousand names costs no allocation each.
-class NameTable {
- public:
-  explicit NameTable(size_t expected) {
-    size_t cap = 16;
-    while (cap < expected * 2) cap *= 2;
-    entries_.resize(cap);
-  }
-  // The id of `name`, inserting `id` for it when it is new.
-  int32_t Intern(std::string_view name, int32_t id) {
-    Entry& e = entries_[Slot(name)];
-    if (e.id < 0) {
-      e = {name, id};
-      if (++size_ * 2 > entries_.size()) Grow();
-      return id;
-    }
-    return e.id;
-  }
-  int32_t Find(std::string_view name) const { return entries_[Slot(name)].id; }
-  size_t size() const { return size_; }
-
- private:
-  struct Entry {
-    std::string_view name;
-    int32_t id = -1;
-  };
-  // Where `name` is, or the empty slot where it would go.
-  size_t Slot(std::string_view name) const {
-    const size_t mask = entries_.size() - 1;
-    for (size_t i = std::hash<std::string_view>{}(name)&mask;; i = (i + 1) & mask) {
-      const Entry& e = entries_[i];
-      if (e.id < 0 || e.name == name) return i;
-    }
-  }
-  void Grow() {
-    std::vector<Entry> old(entries_.size() * 2);
-    old.swap(entries_);
-    for (const Entry& e : old) {
-      if (e.id >= 0) entries_[Slot(e.name)] = e;
-    }
-  }
-  std::vector<Entry> entries_;
-  size_t size_ = 0;
-};
-
-}  // namespace
 
 const std::vector<int32_t>& NodeIndex::EmptyBucket() {
   static const std::vector<int32_t> empty;
   return empty;
 }
 
-NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
+NodeIndex::NodeIndex(const Snapshot& snapshot)
+    : snapshot_(snapshot), slot_by_name_(snapshot.nodes.size()) {
   std::map<std::string, int16_t> types, leaves;
   NameTable nvlink_ids(snapshot.nodes.size() * 2);  // views into the snapshot
   // Model strings as nodes spell them (clusters have a few), each normalised once and
@@ -134,6 +86,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     const Node& n = snapshot.nodes[i];
     NodeSlot& s = slots_[k];
     s.node = i;
+    slot_by_name_.Intern(n.name, static_cast<int32_t>(k));  // the first of equal names wins
     if (last_leaf == nullptr || *last_leaf != n.topology.leaf) {
       last_leaf = &n.topology.leaf;
       last_leaf_id = leaves[n.topology.leaf];
@@ -181,12 +134,6 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
 
   // Subtract what running jobs hold, and remember where they hold it. Their nodes
   // are found by hashing: a binary search compares a dozen names per replica.
-  NameTable slot_by_name(snapshot.running.empty() ? 0 : slots_.size());
-  if (!snapshot.running.empty()) {
-    for (size_t k = 0; k < slots_.size(); ++k) {  // the first of equal names wins
-      slot_by_name.Intern(snapshot.nodes[slots_[k].node].name, static_cast<int32_t>(k));
-    }
-  }
   held_start_.reserve(snapshot.running.size() + 1);
   for (const RunningJob& job : snapshot.running) {
     held_start_.push_back(static_cast<int32_t>(held_.size()));
@@ -195,7 +142,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot) : snapshot_(snapshot) {
     for (const Placement& p : job.replicas) {
       if (last_node == nullptr || *last_node != p.node) {
         last_node = &p.node;
-        last_id = slot_by_name.Find(p.node);
+        last_id = slot_by_name_.Find(p.node);
       }
       if (last_id < 0) continue;
       NodeSlot& s = slots_[last_id];
@@ -237,15 +184,7 @@ int16_t NodeIndex::TypeOf(const std::string& gpu_type) const {
   return -1;
 }
 
-// Slots are in name order: a binary search, with no map to build per pass. The
-// first of equal names wins, as everywhere else.
-int NodeIndex::NodeByName(const std::string& name) const {
-  auto it = std::lower_bound(
-      slots_.begin(), slots_.end(), name,
-      [&](const NodeSlot& s, const std::string& n) { return snapshot_.nodes[s.node].name < n; });
-  if (it == slots_.end() || snapshot_.nodes[it->node].name != name) return -1;
-  return static_cast<int>(it - slots_.begin());
-}
+int NodeIndex::NodeByName(const std::string& name) const { return slot_by_name_.Find(name); }
 
 uint64_t NodeIndex::MaskOf(int n, const std::vector<int>& gpu_indices) const {
   uint64_t mask = 0;

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -47,6 +48,52 @@ class InlineList {
  private:
   std::array<T, N> inline_{};
   std::vector<T> spill_;
+  size_t size_ = 0;
+};
+
+// Names (views of strings that outlive the table) to ids: open addressing in one
+// array, so interning ten thousand names costs no allocation each.
+class NameTable {
+ public:
+  explicit NameTable(size_t expected) {
+    size_t cap = 16;
+    while (cap < expected * 2) cap *= 2;
+    entries_.resize(cap);
+  }
+  // The id of `name`, inserting `id` for it when it is new.
+  int32_t Intern(std::string_view name, int32_t id) {
+    Entry& e = entries_[Slot(name)];
+    if (e.id < 0) {
+      e = {name, id};
+      if (++size_ * 2 > entries_.size()) Grow();
+      return id;
+    }
+    return e.id;
+  }
+  int32_t Find(std::string_view name) const { return entries_[Slot(name)].id; }
+  size_t size() const { return size_; }
+
+ private:
+  struct Entry {
+    std::string_view name;
+    int32_t id = -1;
+  };
+  // Where `name` is, or the empty slot where it would go.
+  size_t Slot(std::string_view name) const {
+    const size_t mask = entries_.size() - 1;
+    for (size_t i = std::hash<std::string_view>{}(name)&mask;; i = (i + 1) & mask) {
+      const Entry& e = entries_[i];
+      if (e.id < 0 || e.name == name) return i;
+    }
+  }
+  void Grow() {
+    std::vector<Entry> old(entries_.size() * 2);
+    old.swap(entries_);
+    for (const Entry& e : old) {
+      if (e.id >= 0) entries_[Slot(e.name)] = e;
+    }
+  }
+  std::vector<Entry> entries_;
   size_t size_ = 0;
 };
 
@@ -164,6 +211,7 @@ class NodeIndex {
   }
 
   const Snapshot& snapshot_;
+  NameTable slot_by_name_;  // node name -> slot; views of the snapshot's names
   std::vector<NodeSlot> slots_;
   std::vector<std::string> type_names_;
   std::vector<std::string> leaf_names_;

@@ -149,7 +149,7 @@ class Pass {
       req.topology = job.topology;
       ctx.gpus = SaturatingMul(s.gpus, s.replicas);
       if (!job.per_replica.gpu_type.empty() && s.gpus > 0) {
-        s.type = index_.TypeOf(job.per_replica.gpu_type);
+        s.type = TypeOf(job.per_replica.gpu_type);
         if (s.type < 0) {
           out_.infeasible.push_back({job.id, "asks for " +
                                                  NormalizeGpuType(job.per_replica.gpu_type) +
@@ -741,16 +741,11 @@ class Pass {
     };
     // The type that comes closest, for the message.
     EmptyCapacity best;
-    std::vector<int> types;
-    if (s.gpus <= 0) {
-      types = {-1};
-    } else if (s.type >= 0) {
-      types = {s.type};
-    } else {
-      for (int t = 0; t < index_.TypeCount(); ++t) types.push_back(t);
-    }
+    // The types to try: -1 alone for GPU-less shapes, the asked-for type, or all.
+    const int first_type = s.gpus <= 0 ? -1 : std::max<int>(s.type, 0);
+    const int end_type = s.gpus <= 0 || s.type >= 0 ? first_type + 1 : index_.TypeCount();
     bool ok = false;
-    for (int t : types) {
+    for (int t = first_type; t < end_type; ++t) {
       EmptyCapacity cap =
           CapacityOfType(c, t, topo.hard && topo.constraint == TopologyConstraint::kSameLeaf);
       if (fits(cap)) {
@@ -833,9 +828,38 @@ class Pass {
     const Shape& s = req.shape;
     const Key key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, req.max_replicas,
                    TopologyCode(req.topology)}};
-    auto [it, inserted] = shape_ids_.try_emplace(key, static_cast<int>(shapes_.size()));
-    if (inserted) shapes_.emplace_back().req = req;
-    return it->second;
+    // Open addressing over shape ids: one table, no allocation per shape.
+    if ((shapes_.size() + 1) * 2 > shape_slots_.size()) {
+      std::vector<int32_t> old(std::max<size_t>(1024, shape_slots_.size() * 2), -1);
+      old.swap(shape_slots_);
+      for (int32_t id : old) {
+        if (id >= 0) shape_slots_[ShapeSlot(shape_keys_[id])] = id;
+      }
+    }
+    int32_t& id = shape_slots_[ShapeSlot(key)];
+    if (id < 0) {
+      id = static_cast<int32_t>(shapes_.size());
+      shape_keys_.push_back(key);
+      shapes_.emplace_back().req = req;
+    }
+    return id;
+  }
+  // Where `key`'s shape id is in shape_slots_, or the empty slot where it would go.
+  size_t ShapeSlot(const Key& key) const {
+    const size_t mask = shape_slots_.size() - 1;
+    for (size_t i = KeyHash{}(key)&mask;; i = (i + 1) & mask) {
+      if (shape_slots_[i] < 0 || shape_keys_[shape_slots_[i]] == key) return i;
+    }
+  }
+
+  // The index's type for a spelling, remembered: jobs spell a few models many times.
+  int16_t TypeOf(const std::string& spelled) {
+    for (const auto& [seen, type] : type_memo_) {
+      if (seen == spelled) return type;
+    }
+    const int16_t type = index_.TypeOf(spelled);
+    if (type_memo_.size() < 16) type_memo_.emplace_back(spelled, type);
+    return type;
   }
 
   const GangRequest& ShapeReq(const JobCtx& c) const { return shapes_[c.shape].req; }
@@ -875,7 +899,9 @@ class Pass {
   };
   std::vector<Visit> order_;
   std::vector<int32_t> excluded_pool_;  // every job's excluded nodes, sorted per job
-  std::unordered_map<Key, int, KeyHash> shape_ids_;
+  std::vector<std::pair<std::string_view, int16_t>> type_memo_;  // views of the snapshot
+  std::vector<int32_t> shape_slots_;  // hash table of shape ids (-1: empty), size 2^k
+  std::vector<Key> shape_keys_;       // by shape id
   std::vector<ShapeInfo> shapes_;
   std::vector<std::pair<int64_t, std::string>> free_text_;  // by type + 1: (version, text)
   std::vector<NodeClass> classes_;
