@@ -116,12 +116,39 @@ class Pass {
     std::sort(out_.binds.begin(), out_.binds.end(), by_id);
     std::sort(out_.preemptions.begin(), out_.preemptions.end(), by_id);
     std::sort(out_.reservations.begin(), out_.reservations.end(), by_id);
-    std::sort(out_.waiting.begin(), out_.waiting.end(), by_id);
+    OrderWaiting();
     std::sort(out_.infeasible.begin(), out_.infeasible.end(), by_id);
     return std::move(out_);
   }
 
  private:
+  // Every job that stays pending gets one Waiting entry, through here.
+  void Wait(const PendingJob& job, SharedText reason) {
+    out_.waiting.push_back({job.id, std::move(reason)});
+    waiting_pos_.push_back(static_cast<int32_t>(&job - snap_.pending.data()));
+  }
+  // Waiting entries by job id. When the snapshot lists pending jobs by id (the server
+  // and the simulator do), their positions give that order without comparing.
+  void OrderWaiting() {
+    auto sort = [&] {
+      std::sort(out_.waiting.begin(), out_.waiting.end(),
+                [](const Waiting& a, const Waiting& b) { return a.job < b.job; });
+    };
+    if (!pending_by_id_) return sort();
+    std::vector<int32_t> at(snap_.pending.size(), -1);  // position -> waiting entry
+    for (size_t w = 0; w < waiting_pos_.size(); ++w) {
+      int32_t& slot = at[waiting_pos_[w]];
+      if (slot >= 0) return sort();  // two entries for one job: keep both, sorted
+      slot = static_cast<int32_t>(w);
+    }
+    std::vector<Waiting> ordered;
+    ordered.reserve(out_.waiting.size());
+    for (int32_t w : at) {
+      if (w >= 0) ordered.push_back(std::move(out_.waiting[w]));
+    }
+    out_.waiting = std::move(ordered);
+  }
+
   // Step 1: sort jobs into infeasible, not-yet-eligible and candidates per queue.
   // Contexts end up in ctxs_; order_ lists them grouped by queue, each queue's in
   // its order, and by_queue holds each queue's [begin, end) range of order_.
@@ -129,7 +156,9 @@ class Pass {
     ctxs_.reserve(snap_.pending.size());
     order_.reserve(snap_.pending.size());
     out_.waiting.reserve(snap_.pending.size());
+    waiting_pos_.reserve(snap_.pending.size());
     for (const PendingJob& job : snap_.pending) {
+      pending_by_id_ = pending_by_id_ && (&job == snap_.pending.data() || (&job - 1)->id < job.id);
       const int queue = quota_.Find(job.tenant, job.queue);
       if (queue < 0) {
         out_.infeasible.push_back({job.id, quota_.Unusable(job.tenant, job.queue)});
@@ -177,12 +206,11 @@ class Pass {
         continue;
       }
       if (job.held) {
-        out_.waiting.push_back({job.id, held_text_});
+        Wait(job, held_text_);
         continue;
       }
       if (job.eligible_time > snap_.now) {
-        out_.waiting.push_back(
-            {job.id, "retry backoff until " + FormatTimestamp(job.eligible_time)});
+        Wait(job, "retry backoff until " + FormatTimestamp(job.eligible_time));
         continue;
       }
       order_.push_back(
@@ -209,9 +237,10 @@ class Pass {
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heads;
     std::vector<size_t> next(by_queue.size());
     for (size_t q = 0; q < by_queue.size(); ++q) next[q] = by_queue[q].first;
-    auto push = [&](int q) {
+    // The entry for queue q's next job; false when the queue has none left.
+    auto head = [&](int q, Entry& e) {
       const size_t i = next[q];
-      if (i >= by_queue[q].second) return;
+      if (i >= by_queue[q].second) return false;
       // The jobs (in the snapshot, in no useful order) a few steps ahead.
       constexpr size_t kAhead = 4;
       if (i + kAhead < by_queue[q].second) {
@@ -220,26 +249,38 @@ class Pass {
         __builtin_prefetch(ahead.job);
       }
       const JobCtx& c = ctxs_[order_[i].ctx];
-      heads.push({ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q});
+      e = {ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q};
+      return true;
     };
-    for (size_t q = 0; q < by_queue.size(); ++q) push(static_cast<int>(q));
+    Entry e;
+    for (size_t q = 0; q < by_queue.size(); ++q) {
+      if (head(static_cast<int>(q), e)) heads.push(e);
+    }
     while (!heads.empty()) {
-      int q = heads.top().second;
+      const int q = heads.top().second;
       heads.pop();
       Consider(ctxs_[order_[next[q]++].ctx]);
-      push(q);
+      // Mostly the same queue goes on (its share only moves when a job binds): then
+      // its next job is considered without a trip through the heap.
+      while (head(q, e)) {
+        if (!heads.empty() && !(e < heads.top())) {
+          heads.push(e);
+          break;
+        }
+        Consider(ctxs_[order_[next[q]++].ctx]);
+      }
     }
   }
 
   void Consider(const JobCtx& c) {
     const PendingJob& job = *c.job;
     if (fifo_blocker_ != 0) {
-      out_.waiting.push_back({job.id, "behind job " + std::to_string(fifo_blocker_) +
-                                          ", first in line (strict FIFO: no backfill)"});
+      Wait(job, "behind job " + std::to_string(fifo_blocker_) +
+                    ", first in line (strict FIFO: no backfill)");
       return;
     }
     if (auto blocked = quota_.LimitBlocks(c.queue, c.gpus)) {
-      out_.waiting.push_back({job.id, *blocked});
+      Wait(job, std::move(*blocked));
       return;
     }
     // Free capacity only shrinks during a pass, so a shape that did not fit once
@@ -281,14 +322,13 @@ class Pass {
         Claim(planned->placement);
         out_.reservations.push_back(
             {job.id, ToPlacements(index_, planned->placement), planned->start});
-        out_.waiting.push_back({job.id, reason + "; reserved " +
-                                            std::to_string(planned->placement.replicas.size()) +
-                                            " replica(s) from " + FormatTimestamp(planned->start)});
+        Wait(job, reason + "; reserved " + std::to_string(planned->placement.replicas.size()) +
+                      " replica(s) from " + FormatTimestamp(planned->start));
         return;
       }
     }
     if (!policy_.backfill) fifo_blocker_ = job.id;
-    out_.waiting.push_back({job.id, WaitReason(c, deferred)});
+    Wait(job, WaitReason(c, deferred));
   }
 
   static int64_t TopologyCode(const TopologySpec& t) {
@@ -513,7 +553,7 @@ class Pass {
                 " GPU-hours since their checkpoints)";
     }
     if (!draining.empty()) reason += "; waiting for job(s) " + JobList(draining) + " to stop";
-    out_.waiting.push_back({job.id, reason});
+    Wait(job, std::move(reason));
     return true;
   }
 
@@ -898,6 +938,8 @@ class Pass {
     int32_t ctx;  // index into ctxs_
   };
   std::vector<Visit> order_;
+  std::vector<int32_t> waiting_pos_;    // per out_.waiting entry: its job's snapshot position
+  bool pending_by_id_ = true;           // the snapshot lists pending jobs by ascending id
   std::vector<int32_t> excluded_pool_;  // every job's excluded nodes, sorted per job
   std::vector<std::pair<std::string_view, int16_t>> type_memo_;  // views of the snapshot
   std::vector<int32_t> shape_slots_;  // hash table of shape ids (-1: empty), size 2^k
