@@ -192,6 +192,9 @@ class Pass {
         if (n >= 0) excluded_pool_.push_back(n);
       }
       std::sort(excluded_pool_.begin() + ctx.excl_begin, excluded_pool_.end());
+      excluded_pool_.erase(
+          std::unique(excluded_pool_.begin() + ctx.excl_begin, excluded_pool_.end()),
+          excluded_pool_.end());  // a node named twice is excluded once
       ctx.excl_count = static_cast<int32_t>(excluded_pool_.size()) - ctx.excl_begin;
       ctx.shape = InternShape(req);
 
@@ -702,27 +705,29 @@ class Pass {
   EmptyCapacity CapacityOfType(const JobCtx& c, int type, bool need_leaf) {
     BuildClasses();
     const Shape& s = ShapeReq(c).shape;
-    // Excluded nodes, by class and leaf.
-    std::map<std::pair<int, int>, int64_t> excluded;
-    for (int32_t n : Excl(c)) ++excluded[{class_of_[n], index_.slot(n).leaf}];
+    // Excluded nodes as (class, leaf), sorted: a job excludes a few nodes, so they are
+    // subtracted from the counts rather than looked up for every class and leaf.
+    std::vector<std::pair<int, int>> excluded;
+    excluded.reserve(Excl(c).size());
+    for (int32_t n : Excl(c)) excluded.emplace_back(class_of_[n], index_.slot(n).leaf);
+    std::sort(excluded.begin(), excluded.end());
+    auto excluded_in = [&](std::pair<int, int> from, std::pair<int, int> to) {
+      return std::lower_bound(excluded.begin(), excluded.end(), to) -
+             std::lower_bound(excluded.begin(), excluded.end(), from);
+    };
     EmptyCapacity cap;
     std::vector<int64_t> per_leaf(need_leaf ? index_.LeafCount() : 0, 0);
     for (size_t k = 0; k < classes_.size(); ++k) {
       const NodeClass& cls = classes_[k];
       const int64_t fit = ClassFit(cls, s, type);
       if (fit <= 0) continue;
-      int64_t left_in_class = 0;
-      if (need_leaf || !excluded.empty()) {
+      const int cls_id = static_cast<int>(k);
+      int64_t left_in_class = cls.count - excluded_in({cls_id, 0}, {cls_id + 1, 0});
+      if (need_leaf) {
         for (const auto& [leaf, count] : cls.per_leaf) {
-          int64_t n = count;
-          if (auto e = excluded.find({static_cast<int>(k), leaf}); e != excluded.end())
-            n -= e->second;
-          if (n <= 0) continue;
-          left_in_class += n;
-          if (need_leaf) per_leaf[leaf] = SaturatingAdd(per_leaf[leaf], SaturatingMul(fit, n));
+          const int64_t n = count - excluded_in({cls_id, leaf}, {cls_id, leaf + 1});
+          if (n > 0) per_leaf[leaf] = SaturatingAdd(per_leaf[leaf], SaturatingMul(fit, n));
         }
-      } else {
-        left_in_class = cls.count;
       }
       if (left_in_class == 0) continue;
       cap.best_node = std::max(cap.best_node, fit);

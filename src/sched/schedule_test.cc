@@ -102,6 +102,26 @@ TEST(ScheduleTest, InfeasibleJobsSayWhy) {
   EXPECT_THAT(d.infeasible[1].reason, HasSubstr("asks for A100 GPUs; this cluster has H100"));
 }
 
+TEST(ScheduleTest, ANodeExcludedTwiceCountsOnce) {
+  // Three 8-GPU nodes; a 2-node gang that excludes n0 (named twice) still fits on
+  // the other two, and one that needs all three says one node is excluded.
+  Snapshot s;
+  for (int i = 0; i < 3; ++i) s.nodes.push_back(MakeNode("n" + std::to_string(i), 8));
+  PendingJob fits = Pending(1, 2, 8);
+  fits.excluded_nodes = {"n0", "n0"};
+  PendingJob too_big = Pending(2, 3, 8);
+  too_big.excluded_nodes = {"n0", "n0"};
+  s.pending = {too_big, fits};
+  Decisions d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 1u);
+  EXPECT_EQ(d.binds[0].job, 1);
+  for (const Placement& p : d.binds[0].replicas) EXPECT_NE(p.node, "n0");
+  ASSERT_EQ(d.infeasible.size(), 1u);
+  EXPECT_EQ(d.infeasible[0].job, 2);
+  EXPECT_THAT(d.infeasible[0].reason,
+              HasSubstr("the whole cluster holds at most 2 (excluding its 1 excluded node(s))"));
+}
+
 TEST(ScheduleTest, IsDeterministic) {
   Snapshot s;
   s.now = T(1000);
