@@ -244,12 +244,15 @@ class Pass {
     auto head = [&](int q, Entry& e) {
       const size_t i = next[q];
       if (i >= by_queue[q].second) return false;
-      // The jobs (in the snapshot, in no useful order) a few steps ahead.
+      // What the jobs a few steps ahead will read, in no useful order in memory: their
+      // contexts first, then (once those have arrived) their jobs and shapes.
       constexpr size_t kAhead = 4;
+      if (i + 2 * kAhead < by_queue[q].second)
+        __builtin_prefetch(&ctxs_[order_[i + 2 * kAhead].ctx]);
       if (i + kAhead < by_queue[q].second) {
         const JobCtx& ahead = ctxs_[order_[i + kAhead].ctx];
-        __builtin_prefetch(&ahead);
         __builtin_prefetch(ahead.job);
+        __builtin_prefetch(&shapes_[ahead.shape]);
       }
       const JobCtx& c = ctxs_[order_[i].ctx];
       e = {ordering_->KeyOf(*c.job, quota_.Share(q), quota_.WithinGuarantee(q, c.gpus)), q};
