@@ -34,16 +34,23 @@ VictimPool::VictimPool(const NodeIndex& index, const std::vector<int>& running,
     }
     victims_.push_back(v);
   }
-  // Cheapest per GPU first; ties by running index for determinism.
-  order_.resize(victims_.size());
-  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<int>(i);
-  std::sort(order_.begin(), order_.end(), [&](int a, int b) {
-    const Victim& va = victims_[a];
-    const Victim& vb = victims_[b];
-    double ca = va.cost / static_cast<double>(va.gpus);
-    double cb = vb.cost / static_cast<double>(vb.gpus);
-    return ca != cb ? ca < cb : va.running < vb.running;
+  // Cheapest per GPU first; ties by running index for determinism. The keys are
+  // computed once, not in every comparison.
+  struct ByCost {
+    double per_gpu;
+    int running;
+    int victim;
+  };
+  std::vector<ByCost> by_cost(victims_.size());
+  for (size_t i = 0; i < victims_.size(); ++i) {
+    const Victim& v = victims_[i];
+    by_cost[i] = {v.cost / static_cast<double>(v.gpus), v.running, static_cast<int>(i)};
+  }
+  std::sort(by_cost.begin(), by_cost.end(), [](const ByCost& a, const ByCost& b) {
+    return a.per_gpu != b.per_gpu ? a.per_gpu < b.per_gpu : a.running < b.running;
   });
+  order_.resize(victims_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = by_cost[i].victim;
 
   // Per node and per leaf lists, in cost order, each victim once per node / leaf.
   std::vector<std::pair<int32_t, int>> at_node, at_leaf;
