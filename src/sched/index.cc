@@ -80,7 +80,6 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
   if (!std::is_sorted(by_name.begin(), by_name.end(), name_order)) {
     std::sort(by_name.begin(), by_name.end(), name_order);
   }
-  std::vector<int32_t> domain_slot;  // by interned domain id: the first slot that has it
   for (size_t k = 0; k < snapshot.nodes.size(); ++k) {
     const int32_t i = by_name[k];
     const Node& n = snapshot.nodes[i];
@@ -110,17 +109,16 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
     s.free_mem = n.memory_bytes;
     const std::string* last_domain = nullptr;
     int32_t last_domain_id = -1;
+    const int32_t first_new_domain = static_cast<int32_t>(nvlink_ids.size());
     for (int g = 0; g < s.gpu_count; ++g) {
       const std::string& domain = n.gpus[g].nvlink_domain;
       if (domain.empty()) continue;
       if (last_domain == nullptr || *last_domain != domain) {
         last_domain = &domain;
         last_domain_id = nvlink_ids.Intern(domain, static_cast<int32_t>(nvlink_ids.size()));
-        if (static_cast<size_t>(last_domain_id) == domain_slot.size()) {
-          domain_slot.push_back(static_cast<int32_t>(k));
-        } else if (domain_slot[last_domain_id] != static_cast<int32_t>(k)) {
-          domains_span_nodes_ = true;
-        }
+        // Ids are handed out in node order: one below this node's first new id was
+        // first seen on an earlier node.
+        if (last_domain_id < first_new_domain) domains_span_nodes_ = true;
       }
       size_t pos = 0;
       while (pos < s.nvlink_ids.size() && s.nvlink_ids[pos] != last_domain_id) ++pos;

@@ -55,42 +55,47 @@ class InlineList {
 // array, so interning ten thousand names costs no allocation each.
 class NameTable {
  public:
+  // Sized so that `expected` names fill at most 3/4 of it.
   explicit NameTable(size_t expected) {
     size_t cap = 16;
-    while (cap < expected * 2) cap *= 2;
+    while (cap * 3 < expected * 4) cap *= 2;
     entries_.resize(cap);
   }
   // The id of `name`, inserting `id` for it when it is new.
   int32_t Intern(std::string_view name, int32_t id) {
-    Entry& e = entries_[Slot(name)];
+    const size_t hash = std::hash<std::string_view>{}(name);
+    Entry& e = entries_[Slot(name, hash)];
     if (e.id < 0) {
-      e = {name, id};
-      if (++size_ * 2 > entries_.size()) Grow();
+      e = {name, id, static_cast<uint32_t>(hash)};
+      if (++size_ * 4 > entries_.size() * 3) Grow();
       return id;
     }
     return e.id;
   }
-  int32_t Find(std::string_view name) const { return entries_[Slot(name)].id; }
+  int32_t Find(std::string_view name) const {
+    return entries_[Slot(name, std::hash<std::string_view>{}(name))].id;
+  }
   size_t size() const { return size_; }
 
  private:
   struct Entry {
     std::string_view name;
     int32_t id = -1;
+    uint32_t hash = 0;  // low bits of the name's hash: most mismatches skip the compare
   };
   // Where `name` is, or the empty slot where it would go.
-  size_t Slot(std::string_view name) const {
+  size_t Slot(std::string_view name, size_t hash) const {
     const size_t mask = entries_.size() - 1;
-    for (size_t i = std::hash<std::string_view>{}(name)&mask;; i = (i + 1) & mask) {
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
       const Entry& e = entries_[i];
-      if (e.id < 0 || e.name == name) return i;
+      if (e.id < 0 || (e.hash == static_cast<uint32_t>(hash) && e.name == name)) return i;
     }
   }
   void Grow() {
     std::vector<Entry> old(entries_.size() * 2);
     old.swap(entries_);
     for (const Entry& e : old) {
-      if (e.id >= 0) entries_[Slot(e.name)] = e;
+      if (e.id >= 0) entries_[Slot(e.name, std::hash<std::string_view>{}(e.name))] = e;
     }
   }
   std::vector<Entry> entries_;

@@ -82,5 +82,45 @@ TEST(NodeIndexTest, MasksFollowTakesReleasesAndReservations) {
   }
 }
 
+// Nodes with GPUs in the given NVLink domains, one entry per GPU.
+Snapshot WithDomains(const std::vector<std::vector<std::string>>& per_node) {
+  Snapshot snap;
+  for (size_t k = 0; k < per_node.size(); ++k) {
+    Node n;
+    n.name = "n" + std::to_string(k);
+    n.milli_cpus = 64'000;
+    n.memory_bytes = int64_t{512} << 30;
+    for (size_t g = 0; g < per_node[k].size(); ++g) {
+      n.gpus.push_back(Gpu{static_cast<int>(g), n.name + "-" + std::to_string(g), "H100",
+                           int64_t{80} << 30, per_node[k][g]});
+    }
+    snap.nodes.push_back(std::move(n));
+  }
+  return snap;
+}
+
+TEST(NodeIndexTest, SaysWhetherNvlinkDomainsSpanNodes) {
+  // Per-node domains, one of them interleaved (GPUs 0 and 2 in a, 1 in b).
+  Snapshot own = WithDomains({{"a", "b", "a"}, {"c", "c"}});
+  EXPECT_FALSE(NodeIndex(own).DomainsSpanNodes());
+  // An NVL72-style rack: one domain over two nodes.
+  Snapshot rack = WithDomains({{"r", "r"}, {"x", "r"}});
+  EXPECT_TRUE(NodeIndex(rack).DomainsSpanNodes());
+  Snapshot none = WithDomains({{"", ""}, {"", ""}});
+  EXPECT_FALSE(NodeIndex(none).DomainsSpanNodes());
+  EXPECT_EQ(NodeIndex(own).AllLeaves(), std::vector<int>{0});
+}
+
+TEST(NodeIndexTest, FindsNodesByNameFirstOfEqualNamesWins) {
+  Snapshot snap = WithDomains({{"a"}, {"b"}, {"c"}});
+  snap.nodes[2].name = "n0";  // a duplicate name, listed after the first n0
+  const NodeIndex index(snap);
+  EXPECT_EQ(index.NodeByName("n1"), 2);  // slots are in name order: n0, n0, n1
+  const int n0 = index.NodeByName("n0");
+  ASSERT_GE(n0, 0);
+  EXPECT_EQ(index.slot(n0).node, 0);
+  EXPECT_EQ(index.NodeByName("n9"), -1);
+}
+
 }  // namespace
 }  // namespace trainyard::sched
