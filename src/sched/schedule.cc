@@ -130,15 +130,15 @@ class Pass {
   // Waiting entries by job id. When the snapshot lists pending jobs by id (the server
   // and the simulator do), their positions give that order without comparing.
   void OrderWaiting() {
-    auto sort = [&] {
+    auto sort_by_id = [&] {
       std::sort(out_.waiting.begin(), out_.waiting.end(),
                 [](const Waiting& a, const Waiting& b) { return a.job < b.job; });
     };
-    if (!pending_by_id_) return sort();
+    if (!pending_by_id_) return sort_by_id();
     std::vector<int32_t> at(snap_.pending.size(), -1);  // position -> waiting entry
     for (size_t w = 0; w < waiting_pos_.size(); ++w) {
       int32_t& slot = at[waiting_pos_[w]];
-      if (slot >= 0) return sort();  // two entries for one job: keep both, sorted
+      if (slot >= 0) return sort_by_id();  // two entries for one job: keep both, sorted
       slot = static_cast<int32_t>(w);
     }
     std::vector<Waiting> ordered;
