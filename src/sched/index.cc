@@ -2,17 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 namespace trainyard::sched {
 
-const std::vector<int32_t>& NodeIndex::EmptyBucket() {
-  static const std::vector<int32_t> empty;
-  return empty;
-}
-
 NodeIndex::NodeIndex(const Snapshot& snapshot)
-    : snapshot_(snapshot), slot_by_name_(snapshot.nodes.size()) {
+    : snapshot_(&snapshot), slot_by_name_(snapshot.nodes.size()) {
   std::map<std::string, int16_t> types, leaves;
   NameTable nvlink_ids(snapshot.nodes.size() * 2);  // views into the snapshot
   // Model strings as nodes spell them (clusters have a few), each normalised once and
@@ -60,7 +56,10 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
   for (size_t l = 0; l < all_leaves_.size(); ++l) all_leaves_[l] = static_cast<int>(l);
 
   slots_.resize(snapshot.nodes.size());
+  slot_of_node_.resize(snapshot.nodes.size());
   identity_indices_.assign(snapshot.nodes.size(), false);
+  cap_cpu_.resize(slots_.size());
+  cap_mem_.resize(slots_.size());
   // Neighbouring nodes mostly share a leaf and a GPU model: remember the last lookup.
   const std::string* last_leaf = nullptr;
   int16_t last_leaf_id = 0;
@@ -85,6 +84,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
     const Node& n = snapshot.nodes[i];
     NodeSlot& s = slots_[k];
     s.node = i;
+    slot_of_node_[i] = static_cast<int32_t>(k);
     slot_by_name_.Intern(n.name, static_cast<int32_t>(k));  // the first of equal names wins
     if (last_leaf == nullptr || *last_leaf != n.topology.leaf) {
       last_leaf = &n.topology.leaf;
@@ -105,8 +105,8 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
     for (int g = 0; g < s.gpu_count; ++g) identity = identity && n.gpus[g].index == g;
     identity_indices_[k] = identity;
     s.free_mask = s.gpu_count == 64 ? ~uint64_t{0} : ((uint64_t{1} << s.gpu_count) - 1);
-    s.free_cpu = n.milli_cpus;
-    s.free_mem = n.memory_bytes;
+    cap_cpu_[k] = n.milli_cpus;
+    cap_mem_[k] = n.memory_bytes;
     const std::string* last_domain = nullptr;
     int32_t last_domain_id = -1;
     const int32_t first_new_domain = static_cast<int32_t>(nvlink_ids.size());
@@ -130,28 +130,23 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
     }
   }
 
-  // Subtract what running jobs hold, and remember where they hold it. Their nodes
-  // are found by hashing: a binary search compares a dozen names per replica.
+  // What running jobs hold.
+  gpu_base_.resize(slots_.size() + 1);
+  for (size_t i = 0; i < slots_.size(); ++i) gpu_base_[i + 1] = gpu_base_[i] + slots_[i].gpu_count;
+  gpu_holds_.assign(static_cast<size_t>(gpu_base_.back()), 0);
+  used_cpu_.assign(slots_.size(), 0);
+  used_mem_.assign(slots_.size(), 0);
+  held_mask_.assign(slots_.size(), 0);
+  bucketed_.assign(slots_.size(), -1);
+  // Where each running job holds GPUs is what the victim pool reads: noted on the way.
   held_start_.reserve(snapshot.running.size() + 1);
   for (const RunningJob& job : snapshot.running) {
     held_start_.push_back(static_cast<int32_t>(held_.size()));
-    const std::string* last_node = nullptr;
-    int32_t last_id = -1;
-    for (const Placement& p : job.replicas) {
-      if (last_node == nullptr || *last_node != p.node) {
-        last_node = &p.node;
-        last_id = slot_by_name_.Find(p.node);
-      }
-      if (last_id < 0) continue;
-      NodeSlot& s = slots_[last_id];
-      const uint64_t mask = MaskOf(last_id, p.gpus);
-      held_.push_back({last_id, mask});
-      s.free_mask &= ~mask;
-      s.free_cpu -= job.per_replica.milli_cpus;
-      s.free_mem -= job.per_replica.memory_bytes;
-    }
+    Hold(job, 1, &held_);
   }
   held_start_.push_back(static_cast<int32_t>(held_.size()));
+  held_valid_ = true;
+  for (size_t i = 0; i < slots_.size(); ++i) RefreshFree(static_cast<int>(i));
 
   free_by_type_.assign(type_names_.size(), 0);
   nodes_by_type_free_.assign(type_names_.size() * 65, 0);
@@ -161,17 +156,194 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
   int most_gpus = 0;
   for (const NodeSlot& s : slots_) most_gpus = std::max(most_gpus, s.gpu_count);
   bucket_stride_ = most_gpus + 1;
-  buckets_.assign(type_names_.size() * leaf_names_.size() * bucket_stride_, {});
-  leaf_free_bits_.assign(type_names_.size() * leaf_names_.size(), 0);
+  // Groups: the GPU nodes of each (type, leaf), in slot order.
+  const size_t groups = type_names_.size() * leaf_names_.size();
+  group_start_.assign(groups + 1, 0);
+  group_pos_.assign(slots_.size(), -1);
+  for (const NodeSlot& s : slots_) {
+    if (s.type >= 0) ++group_start_[LeafKey(s.type, s.leaf) + 1];
+  }
+  for (size_t g = 0; g < groups; ++g) group_start_[g + 1] += group_start_[g];
+  group_nodes_.resize(static_cast<size_t>(group_start_[groups]));
+  {
+    std::vector<int32_t> next(group_start_.begin(), group_start_.end() - 1);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const NodeSlot& s = slots_[i];
+      if (s.type < 0) continue;
+      const size_t g = LeafKey(s.type, s.leaf);
+      group_pos_[i] = next[g] - group_start_[g];
+      group_nodes_[static_cast<size_t>(next[g]++)] = static_cast<int32_t>(i);
+    }
+  }
+  group_bits_.resize(groups);
+  size_t words = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    group_bits_[g] = words;
+    words += GroupWords(g) * static_cast<size_t>(bucket_stride_);
+  }
+  bucket_bits_.assign(words, 0);
+  bucket_size_.assign(groups * static_cast<size_t>(bucket_stride_), 0);
+  leaf_free_bits_.assign(groups, 0);
   type_free_bits_.assign(type_names_.size(), 0);
-  bucket_pos_.assign(slots_.size(), -1);
+  buckets_ready_ = true;
   for (size_t i = 0; i < slots_.size(); ++i) {
-    NodeSlot& s = slots_[i];
-    s.free_cpu = std::max<int64_t>(0, s.free_cpu);
-    s.free_mem = std::max<int64_t>(0, s.free_mem);
+    const NodeSlot& s = slots_[i];
     if (s.type < 0) continue;
     total_by_type_[s.type] += s.gpu_count;
     Rebucket(static_cast<int>(i));
+  }
+  touched_.assign(slots_.size(), 0);
+}
+
+void NodeIndex::Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* held) {
+  const std::string* last_node = nullptr;
+  int32_t n = -1;
+  for (const Placement& p : job.replicas) {
+    if (last_node == nullptr || *last_node != p.node) {
+      last_node = &p.node;
+      n = slot_by_name_.Find(p.node);
+    }
+    if (n < 0) continue;
+    const uint64_t mask = MaskOf(n, p.gpus);
+    if (held != nullptr) held->push_back({n, mask});
+    for (uint64_t m = mask; m != 0; m &= m - 1) {
+      const int g = __builtin_ctzll(m);
+      uint16_t& holds = gpu_holds_[static_cast<size_t>(gpu_base_[n] + g)];
+      holds = static_cast<uint16_t>(std::max(0, holds + delta));
+      if (holds == 0) {
+        held_mask_[n] &= ~(uint64_t{1} << g);
+      } else {
+        held_mask_[n] |= uint64_t{1} << g;
+      }
+    }
+    used_cpu_[n] += delta * job.per_replica.milli_cpus;
+    used_mem_[n] += delta * job.per_replica.memory_bytes;
+    if (buckets_ready_) {  // after the build: keep the buckets in step
+      Unbucket(n);
+      RefreshFree(n);
+      Rebucket(n);
+    }
+  }
+}
+
+void NodeIndex::RefreshFree(int n) {
+  NodeSlot& s = slots_[n];
+  const uint64_t all = s.gpu_count == 64 ? ~uint64_t{0} : (uint64_t{1} << s.gpu_count) - 1;
+  s.free_mask = all & ~held_mask_[n] & ~s.reserved_mask;
+  s.free_cpu = std::max<int64_t>(0, cap_cpu_[n] - used_cpu_[n]);
+  s.free_mem = std::max<int64_t>(0, cap_mem_[n] - used_mem_[n]);
+}
+
+void NodeIndex::NodeStateChanged(size_t node) {
+  const int n = slot_of_node_[node];
+  Unbucket(n);
+  slots_[n].schedulable = IsSchedulable(snapshot_->nodes[node].state);
+  Rebucket(n);
+}
+
+void NodeIndex::BeginPass() {
+  journaling_ = true;
+  journal_.clear();
+  if (++pass_ == 0) {  // wrapped: no slot may look saved already
+    std::fill(touched_.begin(), touched_.end(), 0);
+    pass_ = 1;
+  }
+  held_valid_ = false;  // the running jobs may have moved
+}
+
+void NodeIndex::EndPass() {
+  for (const Saved& saved : journal_) {
+    Unbucket(saved.node);
+    NodeSlot& s = slots_[saved.node];
+    s.free_mask = saved.free_mask;
+    s.reserved_mask = saved.reserved_mask;
+    s.reserved_from = saved.reserved_from;
+    s.free_cpu = saved.free_cpu;
+    s.free_mem = saved.free_mem;
+    Rebucket(saved.node);
+  }
+  journal_.clear();
+  reserved_nodes_.clear();  // no reservation outlives its pass
+  ++reservation_epoch_;
+  journaling_ = false;
+  held_valid_ = false;
+}
+
+void NodeIndex::Record(int n) {
+  if (!journaling_ || touched_[n] == pass_) return;
+  touched_[n] = pass_;
+  const NodeSlot& s = slots_[n];
+  journal_.push_back({n, s.free_mask, s.reserved_mask, s.reserved_from, s.free_cpu, s.free_mem});
+}
+
+void NodeIndex::EnsureHeld() {
+  if (held_valid_) return;
+  held_valid_ = true;
+  held_.clear();
+  held_start_.clear();
+  held_start_.reserve(snapshot_->running.size() + 1);
+  for (const RunningJob& job : snapshot_->running) {
+    held_start_.push_back(static_cast<int32_t>(held_.size()));
+    const std::string* last_node = nullptr;
+    int32_t n = -1;
+    for (const Placement& p : job.replicas) {
+      if (last_node == nullptr || *last_node != p.node) {
+        last_node = &p.node;
+        n = slot_by_name_.Find(p.node);
+      }
+      if (n >= 0) held_.push_back({n, MaskOf(n, p.gpus)});
+    }
+  }
+  held_start_.push_back(static_cast<int32_t>(held_.size()));
+}
+
+void NodeIndex::EnsureClasses() {
+  if (classes_built_) return;
+  classes_built_ = true;
+  using ClassKey = std::tuple<int, int, int64_t, int64_t, int64_t, int>;
+  std::map<ClassKey, int> key_to_class;
+  const int leaves = LeafCount();
+  std::vector<int64_t> leaf_count;  // class * leaves + leaf
+  class_of_.assign(slots_.size(), -1);
+  // Neighbouring nodes are mostly of one class: skip the map when the key repeats.
+  ClassKey last_key{};
+  int last_class = -1;
+  for (size_t n = 0; n < slots_.size(); ++n) {
+    const NodeSlot& slot = slots_[n];
+    int max_domain = 0;
+    for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
+      max_domain = std::max(max_domain, __builtin_popcountll(slot.nvlink_masks[d]));
+    }
+    const ClassKey key{static_cast<int>(slot.type),
+                       slot.gpu_count,
+                       slot.gpu_memory,
+                       cap_cpu_[n],
+                       cap_mem_[n],
+                       max_domain};
+    if (last_class < 0 || key != last_key) {
+      auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
+      if (inserted) {
+        classes_.push_back(NodeClass{slot.type,
+                                     slot.gpu_count,
+                                     slot.gpu_memory,
+                                     cap_cpu_[n],
+                                     cap_mem_[n],
+                                     max_domain,
+                                     0,
+                                     {}});
+        leaf_count.resize(classes_.size() * leaves, 0);
+      }
+      last_key = key;
+      last_class = it->second;
+    }
+    ++classes_[last_class].count;
+    ++leaf_count[static_cast<size_t>(last_class) * leaves + slot.leaf];
+    class_of_[n] = last_class;
+  }
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    for (int l = 0; l < leaves; ++l) {
+      if (int64_t c = leaf_count[k * leaves + l]; c > 0) classes_[k].per_leaf.emplace_back(l, c);
+    }
   }
 }
 
@@ -192,7 +364,7 @@ uint64_t NodeIndex::MaskOf(int n, const std::vector<int>& gpu_indices) const {
     }
     return mask;
   }
-  const Node& node = snapshot_.nodes[slots_[n].node];
+  const Node& node = snapshot_->nodes[slots_[n].node];
   for (int gpu_index : gpu_indices) {
     for (int g = 0; g < slots_[n].gpu_count; ++g) {
       if (node.gpus[g].index == gpu_index) mask |= uint64_t{1} << g;
@@ -235,24 +407,23 @@ int64_t NodeIndex::LeafReplicaBound(int type, int leaf, int gpus) const {
   while (bits != 0) {
     const int f = __builtin_ctzll(bits) + 1;
     bits &= bits - 1;
-    bound += static_cast<int64_t>(buckets_[BucketKey(type, leaf, f)].size()) * (f / gpus);
+    bound += static_cast<int64_t>(bucket_size_[BucketKey(type, leaf, f)]) * (f / gpus);
   }
   return bound;
 }
 
 void NodeIndex::Unbucket(int n) {
-  NodeSlot& s = slots_[n];
-  if (bucket_pos_[n] < 0) return;
-  auto& b = buckets_[BucketKey(s.type, s.leaf, s.FreeGpus())];
-  int pos = bucket_pos_[n];
-  b[pos] = b.back();
-  bucket_pos_[b[pos]] = pos;
-  b.pop_back();
-  bucket_pos_[n] = -1;
-  const int f = s.FreeGpus();
+  const int f = bucketed_[n];
+  if (f < 0) return;
+  bucketed_[n] = -1;
+  const NodeSlot& s = slots_[n];
+  const size_t g = LeafKey(s.type, s.leaf);
+  const size_t pos = static_cast<size_t>(group_pos_[n]);
+  bucket_bits_[group_bits_[g] + f * GroupWords(g) + pos / 64] &= ~(uint64_t{1} << (pos % 64));
+  const bool emptied = --bucket_size_[BucketKey(s.type, s.leaf, f)] == 0;
   free_by_type_[s.type] -= f;
   if (f > 0) {
-    if (b.empty()) leaf_free_bits_[LeafKey(s.type, s.leaf)] &= ~(uint64_t{1} << (f - 1));
+    if (emptied) leaf_free_bits_[g] &= ~(uint64_t{1} << (f - 1));
     if (--nodes_by_type_free_[s.type * 65 + f] == 0)
       type_free_bits_[s.type] &= ~(uint64_t{1} << (f - 1));
   } else {
@@ -261,21 +432,24 @@ void NodeIndex::Unbucket(int n) {
 }
 
 void NodeIndex::Rebucket(int n) {
-  NodeSlot& s = slots_[n];
-  if (s.type < 0 || !s.schedulable) return;
-  auto& b = buckets_[BucketKey(s.type, s.leaf, s.FreeGpus())];
-  bucket_pos_[n] = static_cast<int32_t>(b.size());
-  b.push_back(n);
+  const NodeSlot& s = slots_[n];
+  if (!buckets_ready_ || s.type < 0 || !s.schedulable) return;
   const int f = s.FreeGpus();
+  bucketed_[n] = static_cast<int8_t>(f);
+  const size_t g = LeafKey(s.type, s.leaf);
+  const size_t pos = static_cast<size_t>(group_pos_[n]);
+  bucket_bits_[group_bits_[g] + f * GroupWords(g) + pos / 64] |= uint64_t{1} << (pos % 64);
+  ++bucket_size_[BucketKey(s.type, s.leaf, f)];
   free_by_type_[s.type] += f;
   ++nodes_by_type_free_[s.type * 65 + f];
   if (f > 0) {
-    leaf_free_bits_[LeafKey(s.type, s.leaf)] |= uint64_t{1} << (f - 1);
+    leaf_free_bits_[g] |= uint64_t{1} << (f - 1);
     type_free_bits_[s.type] |= uint64_t{1} << (f - 1);
   }
 }
 
 void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
+  Record(n);
   Unbucket(n);
   NodeSlot& s = slots_[n];
   s.free_mask &= ~gpu_mask;
@@ -285,6 +459,7 @@ void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
 }
 
 void NodeIndex::Reserve(int n, uint64_t gpu_mask, Timestamp from) {
+  Record(n);
   ++reservation_epoch_;
   Unbucket(n);
   NodeSlot& s = slots_[n];
@@ -297,6 +472,7 @@ void NodeIndex::Reserve(int n, uint64_t gpu_mask, Timestamp from) {
 }
 
 void NodeIndex::Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
+  Record(n);
   Unbucket(n);
   NodeSlot& s = slots_[n];
   s.free_mask |= gpu_mask;
@@ -306,6 +482,7 @@ void NodeIndex::Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
 }
 
 void NodeIndex::Unreserve(int n, uint64_t gpu_mask) {
+  Record(n);
   ++reservation_epoch_;
   Unbucket(n);
   NodeSlot& s = slots_[n];

@@ -4,11 +4,18 @@
 // changed by the pass as it binds gangs and reserves GPUs. It answers "where does
 // this replica shape fit" from aggregates first: nodes are bucketed by (GPU type,
 // leaf switch, free GPUs), and the bucket sizes form a histogram per leaf, so a gang's
-// fit per leaf is computed without touching nodes.
+// fit per leaf is computed without touching nodes. A bucket is a bitset over the
+// nodes of its (type, leaf) in slot order, so walks visit nodes in name order however
+// the index got to its state.
 //
 // GPUs are addressed by position in the node's GPU list (at most 64 per node, so a
 // node's free GPUs are one 64-bit mask); Placement converts positions to the GPU
 // indices agents know.
+//
+// Kept across passes (sched::SnapshotIndex): RunningAdded / RunningRemoved /
+// NodeStateChanged follow the snapshot between passes, and BeginPass / EndPass put
+// back everything a pass changed, so the next pass starts from the same state a
+// fresh build of its snapshot would have.
 //
 // Private to sched/. Thread-safety: none; one pass owns one index.
 #pragma once
@@ -132,9 +139,10 @@ struct Shape {
 
 class NodeIndex {
  public:
+  // REQUIRES: `snapshot` outlives the index, and its nodes stay where they are.
   explicit NodeIndex(const Snapshot& snapshot);
 
-  const Snapshot& snapshot() const { return snapshot_; }
+  const Snapshot& snapshot() const { return *snapshot_; }
   int NodeCount() const { return static_cast<int>(slots_.size()); }
   const NodeSlot& slot(int i) const { return slots_[i]; }
   int LeafCount() const { return static_cast<int>(leaf_names_.size()); }
@@ -153,13 +161,29 @@ class NodeIndex {
   uint64_t MaskOf(int n, const std::vector<int>& gpu_indices) const;
 
   // Where running job `i` (index into Snapshot::running) holds GPUs, one entry per
-  // replica on a known node, computed once when the index is built.
+  // replica on a known node. EnsureHeld computes it (once per pass) before use.
   struct HeldGpus {
     int32_t node;
     uint64_t mask;
   };
+  void EnsureHeld();
   const HeldGpus* HeldBegin(int i) const { return held_.data() + held_start_[i]; }
   const HeldGpus* HeldEnd(int i) const { return held_.data() + held_start_[i + 1]; }
+
+  // Nodes alike for capacity on an empty cluster (GPU type, count and memory, CPUs,
+  // memory, largest NVLink domain), with how many of them each leaf has: real
+  // clusters have a handful. They do not depend on what runs or on node states.
+  struct NodeClass {
+    int type;
+    int gpus;
+    int64_t gpu_memory, cpu, mem;
+    int max_domain;
+    int64_t count = 0;
+    std::vector<std::pair<int, int64_t>> per_leaf;  // (leaf, nodes), ascending leaf
+  };
+  void EnsureClasses();
+  const std::vector<NodeClass>& Classes() const { return classes_; }
+  int ClassOf(int n) const { return class_of_[n]; }
 
   // How many replicas of `s` fit on node `n` now (free, unreserved capacity); a shape
   // with no GPUs, CPUs or memory fits without bound (2^30).
@@ -178,10 +202,25 @@ class NodeIndex {
   bool LeafHasFree(int type, int leaf, int free) const {
     return free > 0 && free <= 64 && (leaf_free_bits_[LeafKey(type, leaf)] >> (free - 1) & 1) != 0;
   }
-  // Nodes of GPU type `type` in `leaf` with exactly `free` free GPUs.
-  const std::vector<int32_t>& Bucket(int type, int leaf, int free) const {
-    if (type < 0 || free < 0 || free >= bucket_stride_) return EmptyBucket();
-    return buckets_[BucketKey(type, leaf, free)];
+  // Schedulable nodes of GPU type `type` in `leaf` with exactly `free` free GPUs.
+  int BucketSize(int type, int leaf, int free) const {
+    if (type < 0 || free < 0 || free >= bucket_stride_) return 0;
+    return bucket_size_[BucketKey(type, leaf, free)];
+  }
+  // Calls fn(node) for each of them in slot order until fn returns false; false then.
+  template <typename Fn>
+  bool ForEachInBucket(int type, int leaf, int free, Fn&& fn) const {
+    if (type < 0 || free < 0 || free >= bucket_stride_) return true;
+    const size_t g = LeafKey(type, leaf);
+    const int32_t* nodes = group_nodes_.data() + group_start_[g];
+    const size_t words = GroupWords(g);
+    const uint64_t* bits = bucket_bits_.data() + group_bits_[g] + free * words;
+    for (size_t w = 0; w < words; ++w) {
+      for (uint64_t b = bits[w]; b != 0; b &= b - 1) {
+        if (!fn(nodes[w * 64 + static_cast<size_t>(__builtin_ctzll(b))])) return false;
+      }
+    }
+    return true;
   }
 
   // Takes `count` GPUs (by position mask), CPUs and memory from node `n`.
@@ -204,28 +243,54 @@ class NodeIndex {
   // Every GPU of `type` that exists (any node state).
   int64_t TotalGpus(int type) const;
 
+  // Between passes: `job` was added to / is about to leave Snapshot::running, or the
+  // state of Snapshot::nodes[node] changed. REQUIRES: no pass under way.
+  void RunningAdded(const RunningJob& job) { Hold(job, 1, nullptr); }
+  void RunningRemoved(const RunningJob& job) { Hold(job, -1, nullptr); }
+  void NodeStateChanged(size_t node);
+  // A pass's changes (Take, Release, Reserve, Unreserve) are recorded from BeginPass
+  // and undone by EndPass.
+  void BeginPass();
+  void EndPass();
+
  private:
   void Unbucket(int n);
   void Rebucket(int n);
-  static const std::vector<int32_t>& EmptyBucket();
+  // Adds (+1) or removes (-1) what `job` holds to the per-GPU hold counts and the
+  // CPU and memory in use, and recomputes the free capacity of its nodes; appends
+  // where it holds GPUs to `held` when given.
+  void Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* held);
+  void RefreshFree(int n);
+  void Record(int n);  // saves node `n`'s state the first time a pass changes it
   size_t LeafKey(int type, int leaf) const {
     return static_cast<size_t>(type) * leaf_names_.size() + leaf;
   }
   size_t BucketKey(int type, int leaf, int free) const {
     return (static_cast<size_t>(type) * leaf_names_.size() + leaf) * bucket_stride_ + free;
   }
+  size_t GroupWords(size_t g) const {
+    return static_cast<size_t>(group_start_[g + 1] - group_start_[g] + 63) / 64;
+  }
 
-  const Snapshot& snapshot_;
+  const Snapshot* snapshot_;
   NameTable slot_by_name_;  // node name -> slot; views of the snapshot's names
   std::vector<NodeSlot> slots_;
+  std::vector<int32_t> slot_of_node_;  // Snapshot::nodes position -> slot
   std::vector<std::string> type_names_;
   std::vector<std::string> leaf_names_;
   std::vector<int> all_leaves_;
   bool domains_span_nodes_ = false;
-  // Keys view the snapshot's node names, which outlive the index.
-  std::vector<std::vector<int32_t>> buckets_;  // BucketKey -> nodes (schedulable only)
-  int bucket_stride_ = 65;                     // 1 + the most GPUs on one node
-  std::vector<int32_t> bucket_pos_;            // node -> position in its bucket, -1 if none
+  // Buckets. The nodes of each (type, leaf) group in slot order, and per (group,
+  // free count) a bitset over them.
+  std::vector<int32_t> group_nodes_;   // slots, by group
+  std::vector<int32_t> group_start_;   // LeafKey -> first in group_nodes_ (one past: end)
+  std::vector<int32_t> group_pos_;     // slot -> position in its group
+  std::vector<size_t> group_bits_;     // LeafKey -> first word of its free-count-0 bitset
+  std::vector<uint64_t> bucket_bits_;  // per group: bucket_stride_ bitsets of GroupWords
+  std::vector<int32_t> bucket_size_;   // BucketKey -> nodes in the bucket
+  int bucket_stride_ = 65;             // 1 + the most GPUs on one node
+  std::vector<int8_t> bucketed_;       // slot -> the free count it is bucketed at; -1: none
+  bool buckets_ready_ = false;
   std::set<int32_t> reserved_nodes_;
   uint64_t reservation_epoch_ = 0;
   std::vector<int64_t> free_by_type_;
@@ -235,8 +300,29 @@ class NodeIndex {
   std::vector<uint64_t> leaf_free_bits_;
   std::vector<uint64_t> type_free_bits_;
   std::vector<int64_t> total_by_type_;
+  // What running jobs hold: replicas per GPU position (gpu_base_[n] + position), and
+  // CPU and memory per node, against the node's capacity.
+  std::vector<int32_t> gpu_base_;
+  std::vector<uint16_t> gpu_holds_;
+  std::vector<uint64_t> held_mask_;  // slot -> GPU positions with a hold
+  std::vector<int64_t> cap_cpu_, cap_mem_, used_cpu_, used_mem_;
   std::vector<HeldGpus> held_;       // running jobs' replicas, in index terms
   std::vector<int32_t> held_start_;  // running job -> first entry in held_
+  bool held_valid_ = false;
+  std::vector<NodeClass> classes_;
+  std::vector<int> class_of_;  // slot -> class
+  bool classes_built_ = false;
+  // The pass journal: each changed node's state before the pass's first change.
+  struct Saved {
+    int32_t node;
+    uint64_t free_mask, reserved_mask;
+    Timestamp reserved_from;
+    int64_t free_cpu, free_mem;
+  };
+  std::vector<Saved> journal_;
+  std::vector<uint32_t> touched_;  // slot -> the pass number that last saved it
+  uint32_t pass_ = 0;
+  bool journaling_ = false;
   // Nodes whose agent-visible GPU indices are their positions (0, 1, ...), the
   // usual case: MaskOf needs no search there.
   std::vector<bool> identity_indices_;

@@ -17,7 +17,7 @@ void ExpectConsistent(const NodeIndex& index, const std::string& when) {
     int max_free = 0;
     for (int l = 0; l < index.LeafCount(); ++l) {
       for (int f = 1; f <= 64; ++f) {
-        const bool present = !index.Bucket(t, l, f).empty();
+        const bool present = index.BucketSize(t, l, f) > 0;
         ASSERT_EQ(index.LeafHasFree(t, l, f), present)
             << when << ": type " << t << " leaf " << l << " free " << f;
         if (present) max_free = std::max(max_free, f);
@@ -25,7 +25,7 @@ void ExpectConsistent(const NodeIndex& index, const std::string& when) {
       for (int g = 1; g <= 9; ++g) {
         int64_t bound = 0;
         for (int f = g; f <= 64; ++f) {
-          bound += static_cast<int64_t>(index.Bucket(t, l, f).size()) * (f / g);
+          bound += static_cast<int64_t>(index.BucketSize(t, l, f)) * (f / g);
         }
         ASSERT_EQ(index.LeafReplicaBound(t, l, g), bound)
             << when << ": type " << t << " leaf " << l << " gpus " << g;
@@ -33,12 +33,25 @@ void ExpectConsistent(const NodeIndex& index, const std::string& when) {
     }
     ASSERT_EQ(index.MaxFree(t), max_free) << when << ": type " << t;
   }
-  // Every schedulable GPU node sits in the bucket of its free count.
-  for (int n = 0; n < index.NodeCount(); ++n) {
-    const NodeSlot& s = index.slot(n);
-    if (s.type < 0 || !s.schedulable || s.FreeGpus() == 0) continue;
-    const auto& bucket = index.Bucket(s.type, s.leaf, s.FreeGpus());
-    ASSERT_NE(std::find(bucket.begin(), bucket.end(), n), bucket.end()) << when << ": node " << n;
+  // Each bucket holds exactly the schedulable GPU nodes of its type, leaf and free
+  // count, in slot order, and its size says how many.
+  for (int t = 0; t < index.TypeCount(); ++t) {
+    for (int l = 0; l < index.LeafCount(); ++l) {
+      for (int f = 0; f <= 64; ++f) {
+        std::vector<int> expected, seen;
+        for (int n = 0; n < index.NodeCount(); ++n) {
+          const NodeSlot& s = index.slot(n);
+          if (s.type == t && s.leaf == l && s.schedulable && s.FreeGpus() == f)
+            expected.push_back(n);
+        }
+        index.ForEachInBucket(t, l, f, [&](int n) {
+          seen.push_back(n);
+          return true;
+        });
+        ASSERT_EQ(seen, expected) << when << ": type " << t << " leaf " << l << " free " << f;
+        ASSERT_EQ(index.BucketSize(t, l, f), static_cast<int>(expected.size())) << when;
+      }
+    }
   }
 }
 
@@ -77,6 +90,102 @@ TEST(NodeIndexTest, MasksFollowTakesReleasesAndReservations) {
           break;
       }
       ExpectConsistent(index, "seed " + std::to_string(seed) + " step " + std::to_string(step));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Two indexes of one snapshot agree on every node's capacity and every bucket.
+void ExpectSameState(const NodeIndex& kept, const NodeIndex& fresh, const std::string& when) {
+  ASSERT_EQ(kept.NodeCount(), fresh.NodeCount());
+  for (int n = 0; n < kept.NodeCount(); ++n) {
+    const NodeSlot& a = kept.slot(n);
+    const NodeSlot& b = fresh.slot(n);
+    ASSERT_EQ(a.free_mask, b.free_mask) << when << ": node " << n;
+    ASSERT_EQ(a.reserved_mask, b.reserved_mask) << when << ": node " << n;
+    ASSERT_EQ(a.free_cpu, b.free_cpu) << when << ": node " << n;
+    ASSERT_EQ(a.free_mem, b.free_mem) << when << ": node " << n;
+    ASSERT_EQ(a.schedulable, b.schedulable) << when << ": node " << n;
+  }
+  for (int t = -1; t < kept.TypeCount(); ++t) {
+    ASSERT_EQ(kept.FreeGpus(t), fresh.FreeGpus(t)) << when << ": type " << t;
+    ASSERT_EQ(kept.MaxFree(t), fresh.MaxFree(t)) << when << ": type " << t;
+  }
+  ASSERT_TRUE(kept.ReservedNodes().empty()) << when;
+  ExpectConsistent(kept, when);
+}
+
+// An index told of each running job that comes and goes and of each node state
+// change, through passes that take, release and reserve, is the index a fresh build
+// of the snapshot would be.
+TEST(NodeIndexTest, KeptInStepItEqualsAFreshBuild) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    ClusterShape c;
+    c.nodes = 48;
+    c.nodes_per_leaf = 8;
+    WorkloadShape w;
+    w.pending = 0;
+    Snapshot snap = SyntheticSnapshot(c, w, seed);
+    ASSERT_FALSE(snap.running.empty());
+    NodeIndex kept(snap);
+    std::vector<RunningJob> gone;
+    std::mt19937_64 rng(seed);
+    for (int step = 0; step < 150; ++step) {
+      const std::string when = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      switch (rng() % 4) {
+        case 0:
+          if (!snap.running.empty()) {  // a job ends; the last one takes its place
+            const size_t i = rng() % snap.running.size();
+            kept.RunningRemoved(snap.running[i]);
+            gone.push_back(snap.running[i]);
+            snap.running[i] = std::move(snap.running.back());
+            snap.running.pop_back();
+          }
+          break;
+        case 1:
+          if (!gone.empty()) {  // a job starts (it may overlap one that runs: bad input)
+            const size_t i = rng() % gone.size();
+            snap.running.push_back(gone[i]);
+            gone.erase(gone.begin() + static_cast<ptrdiff_t>(i));
+            kept.RunningAdded(snap.running.back());
+          }
+          break;
+        case 2: {
+          const size_t node = rng() % snap.nodes.size();
+          snap.nodes[node].state = snap.nodes[node].state == NodeState::kReady
+                                       ? (rng() % 2 ? NodeState::kNotReady : NodeState::kCordoned)
+                                       : NodeState::kReady;
+          kept.NodeStateChanged(node);
+          break;
+        }
+        case 3: {  // a pass, undone at its end
+          kept.BeginPass();
+          for (int k = 0; k < 20; ++k) {
+            const int n = static_cast<int>(rng() % kept.NodeCount());
+            const NodeSlot& s = kept.slot(n);
+            const uint64_t mask =
+                rng() & ((s.gpu_count == 64 ? 0 : uint64_t{1} << s.gpu_count) - 1);
+            switch (rng() % 4) {
+              case 0:
+                kept.Take(n, mask & s.free_mask, 1000, 1 << 20);
+                break;
+              case 1:
+                kept.Release(n, mask & ~s.free_mask & ~s.reserved_mask, 1000, 1 << 20);
+                break;
+              case 2:
+                kept.Reserve(n, mask, snap.now);
+                break;
+              case 3:
+                kept.Unreserve(n, mask);
+                break;
+            }
+          }
+          kept.EndPass();
+          break;
+        }
+      }
+      const NodeIndex fresh(snap);
+      ExpectSameState(kept, fresh, when);
       if (HasFatalFailure()) return;
     }
   }

@@ -79,9 +79,7 @@ void ForNodes(const NodeIndex& index, int type, std::span<const int> leaves, int
   auto visit = [&](int f) {
     for (int leaf : leaves) {
       if (!index.LeafHasFree(type, leaf, f)) continue;
-      for (int32_t n : index.Bucket(type, leaf, f)) {
-        if (!fn(n)) return false;
-      }
+      if (!index.ForEachInBucket(type, leaf, f, fn)) return false;
     }
     return true;
   };
@@ -106,12 +104,16 @@ std::optional<GangPlacement> PlaceInLeaves(const NodeIndex& index, const GangReq
       if (!index.AnyWithFree(type, f)) continue;
       for (int leaf : leaves) {
         if (!index.LeafHasFree(type, leaf, f)) continue;
-        for (int32_t n : index.Bucket(type, leaf, f)) {
-          if (!Excluded(req, n) && index.ReplicasFit(n, req.shape) >= want) {
-            Builder b(index, req);
-            b.AddNode(n);
-            return b.Result();
-          }
+        int32_t found = -1;
+        index.ForEachInBucket(type, leaf, f, [&](int32_t n) {
+          if (Excluded(req, n) || index.ReplicasFit(n, req.shape) < want) return true;
+          found = n;
+          return false;
+        });
+        if (found >= 0) {
+          Builder b(index, req);
+          b.AddNode(found);
+          return b.Result();
         }
       }
     }

@@ -5,21 +5,50 @@
 
 namespace trainyard::sched {
 
-QuotaState::QuotaState(const Snapshot& snapshot) {
+QueueUsage::QueueUsage(const Snapshot& snapshot) {
+  for (const Node& n : snapshot.nodes) {  // what Add(cluster, n.Capacity()) sums, without copies
+    cluster.gpus = SaturatingAdd(cluster.gpus, static_cast<int64_t>(n.gpus.size()));
+    cluster.milli_cpus = SaturatingAdd(cluster.milli_cpus, n.milli_cpus);
+    cluster.memory_bytes = SaturatingAdd(cluster.memory_bytes, n.memory_bytes);
+  }
+  for (const RunningJob& j : snapshot.running) Add(j, 1);
+}
+
+void QueueUsage::Add(const RunningJob& job, int delta) {
+  const Resources total = Scale(job.per_replica, static_cast<int64_t>(job.replicas.size()));
+  auto it = by_queue.find({job.tenant, job.queue});
+  if (delta > 0) {
+    if (it == by_queue.end()) it = by_queue.emplace(std::pair{job.tenant, job.queue}, Used{}).first;
+    it->second.total = trainyard::Add(it->second.total, total);
+    ++it->second.jobs;
+    return;
+  }
+  if (it == by_queue.end()) return;
+  it->second.total = SubtractClamped(it->second.total, total);
+  if (--it->second.jobs <= 0) by_queue.erase(it);
+}
+
+QuotaState::QuotaState(const Snapshot& snapshot, const QueueUsage& usage) {
   implicit_ = snapshot.queues.empty();
   if (implicit_) {
-    // Keys view the snapshot's names while collecting, then the queues' own.
+    // Every (tenant, queue) named by a running or pending job, once, in name order.
+    // Keys view the usage's and the snapshot's names while collecting.
+    std::vector<NameKey> keys;
     auto add = [&](const std::string& tenant, const std::string& queue) {
-      if (!by_key_.try_emplace({tenant, queue}, static_cast<int>(queues_.size())).second) return;
+      if (by_key_.try_emplace({tenant, queue}, 0).second) keys.emplace_back(tenant, queue);
+    };
+    for (const auto& [key, used] : usage.by_queue) add(key.first, key.second);
+    for (const auto& j : snapshot.pending) add(j.tenant, j.queue);
+    by_key_.clear();
+    std::sort(keys.begin(), keys.end());
+    queues_.reserve(keys.size());
+    for (const auto& [tenant, queue] : keys) {
       Queue q;
       q.name = queue;
       q.tenant = tenant;
       q.limit_gpus = std::numeric_limits<int64_t>::max() / 4;
       queues_.push_back(std::move(q));
-    };
-    for (const auto& j : snapshot.running) add(j.tenant, j.queue);
-    for (const auto& j : snapshot.pending) add(j.tenant, j.queue);
-    by_key_.clear();
+    }
   } else {
     queues_ = snapshot.queues;
   }
@@ -44,14 +73,10 @@ QuotaState::QuotaState(const Snapshot& snapshot) {
     }
   }
   used_.assign(queues_.size(), Resources{});
-  for (const Node& n : snapshot.nodes) {  // what Add(cluster_, n.Capacity()) sums, without copies
-    cluster_.gpus = SaturatingAdd(cluster_.gpus, static_cast<int64_t>(n.gpus.size()));
-    cluster_.milli_cpus = SaturatingAdd(cluster_.milli_cpus, n.milli_cpus);
-    cluster_.memory_bytes = SaturatingAdd(cluster_.memory_bytes, n.memory_bytes);
-  }
-  for (const auto& j : snapshot.running) {
-    int q = Find(j.tenant, j.queue);
-    if (q >= 0) Add(q, Scale(j.per_replica, static_cast<int64_t>(j.replicas.size())));
+  cluster_ = usage.cluster;
+  for (const auto& [key, used] : usage.by_queue) {
+    int q = Find(key.first, key.second);
+    if (q >= 0) Add(q, used.total);
   }
 }
 

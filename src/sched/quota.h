@@ -7,7 +7,8 @@
 // largest of GPU, CPU and memory use as a fraction of the cluster) over weight.
 //
 // When the snapshot defines no queues at all, every queue name is an implicit queue
-// with no guarantee and no limit.
+// with no guarantee and no limit; implicit queues are numbered in name order, so
+// that nothing depends on where the snapshot lists its jobs.
 //
 // Private to sched/. Thread-safety: none.
 #pragma once
@@ -24,9 +25,27 @@
 
 namespace trainyard::sched {
 
+// What running jobs use per (tenant, queue), and what the cluster holds: the part of
+// a QuotaState that running jobs and nodes decide. sched::SnapshotIndex keeps one
+// across passes.
+struct QueueUsage {
+  explicit QueueUsage(const Snapshot& snapshot);
+  // `job` joined (+1) or left (-1) the running jobs.
+  void Add(const RunningJob& job, int delta);
+
+  struct Used {
+    Resources total;
+    int64_t jobs = 0;
+  };
+  Resources cluster;
+  std::map<std::pair<std::string, std::string>, Used> by_queue;  // (tenant, queue)
+};
+
 class QuotaState {
  public:
-  explicit QuotaState(const Snapshot& snapshot);
+  explicit QuotaState(const Snapshot& snapshot) : QuotaState(snapshot, QueueUsage(snapshot)) {}
+  // REQUIRES: `usage` is QueueUsage(snapshot), however it was kept.
+  QuotaState(const Snapshot& snapshot, const QueueUsage& usage);
 
   // -1 when the queue does not exist (and queues are configured).
   int Find(const std::string& tenant, const std::string& queue) const;

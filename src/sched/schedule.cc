@@ -85,8 +85,9 @@ std::string JobList(const std::vector<JobId>& ids) {
 
 class Pass {
  public:
-  Pass(const Snapshot& snapshot, const Policy& policy)
-      : snap_(snapshot), policy_(policy), index_(snapshot), quota_(snapshot) {
+  // `index` is a fresh NodeIndex of `snapshot`, or one kept in step with it.
+  Pass(const Snapshot& snapshot, const Policy& policy, NodeIndex& index, const QueueUsage& usage)
+      : snap_(snapshot), policy_(policy), index_(index), quota_(snapshot, usage) {
     auto ordering = MakeOrdering(policy.ordering);
     auto style = MakePlacementStyle(policy.placement);
     auto cost = MakePreemptionCost(policy.preemption);
@@ -94,18 +95,6 @@ class Pass {
     ordering_ = std::move(ordering).value();
     style_ = *style;
     cost_ = std::move(cost).value();
-    // Jobs that may ever be victims in this pass, by ascending priority.
-    for (size_t i = 0; i < snapshot.running.size(); ++i) {
-      const RunningJob& v = snapshot.running[i];
-      if (!v.preemptible && !v.preempting) continue;
-      if (!v.preempting && snapshot.now - v.start_time < policy.min_runtime) continue;
-      preemptible_.push_back(static_cast<int>(i));
-    }
-    std::stable_sort(preemptible_.begin(), preemptible_.end(), [&](int a, int b) {
-      return snapshot.running[a].priority < snapshot.running[b].priority;
-    });
-    preemptible_priority_.reserve(preemptible_.size());
-    for (int i : preemptible_) preemptible_priority_.push_back(snapshot.running[i].priority);
   }
 
   Decisions Run() {
@@ -392,10 +381,29 @@ class Pass {
     }
   }
 
+  // Jobs that may ever be victims in this pass, by ascending priority; once per pass
+  // and only when preemption is considered.
+  void EnsurePreemptible() {
+    if (preemptible_known_) return;
+    preemptible_known_ = true;
+    for (size_t i = 0; i < snap_.running.size(); ++i) {
+      const RunningJob& v = snap_.running[i];
+      if (!v.preemptible && !v.preempting) continue;
+      if (!v.preempting && snap_.now - v.start_time < policy_.min_runtime) continue;
+      preemptible_.push_back(static_cast<int>(i));
+    }
+    std::stable_sort(preemptible_.begin(), preemptible_.end(), [&](int a, int b) {
+      return snap_.running[a].priority < snap_.running[b].priority;
+    });
+    preemptible_priority_.reserve(preemptible_.size());
+    for (int i : preemptible_) preemptible_priority_.push_back(snap_.running[i].priority);
+  }
+
   // Once per pass and only when preemption is considered: the pool of victims with
   // their costs, and what the victim scan reads of each.
   void EnsureRunningInfo() {
     if (pool_) return;
+    index_.EnsureHeld();
     std::vector<double> costs(preemptible_.size());
     facts_.resize(preemptible_.size());
     pool_pos_.assign(snap_.running.size(), -1);
@@ -476,6 +484,7 @@ class Pass {
     key.v[4] = c.queue;
     key.v[5] = within ? 1 : 0;
     if (c.excl_count == 0 && Dominated(no_victims_, key, Needs(c))) return false;
+    EnsurePreemptible();
     // Only jobs of lower priority can be victims, except when reclaiming a guarantee.
     const size_t scan =
         within ? preemptible_.size()
@@ -632,64 +641,7 @@ class Pass {
     int64_t best_leaf = 0;
     int64_t best_domain = 0;
   };
-  // Nodes that are alike for capacity (GPU type, count and memory, CPUs, memory,
-  // largest NVLink domain), with how many of them each leaf has. Real clusters have
-  // a handful, so empty-cluster capacity is computed per class, not per node.
-  struct NodeClass {
-    int type;
-    int gpus;
-    int64_t gpu_memory, cpu, mem;
-    int max_domain;
-    int64_t count = 0;
-    std::vector<std::pair<int, int64_t>> per_leaf;  // (leaf, nodes), ascending leaf
-  };
-  void BuildClasses() {
-    if (classes_built_) return;
-    classes_built_ = true;
-    using ClassKey = std::tuple<int, int, int64_t, int64_t, int64_t, int>;
-    std::map<ClassKey, int> key_to_class;
-    const int leaves = index_.LeafCount();
-    std::vector<int64_t> leaf_count;  // class * leaves + leaf
-    class_of_.assign(index_.NodeCount(), -1);
-    // Neighbouring nodes are mostly of one class: skip the map when the key repeats.
-    ClassKey last_key{};
-    int last_class = -1;
-    for (int n = 0; n < index_.NodeCount(); ++n) {
-      const NodeSlot& slot = index_.slot(n);
-      const Node& node = snap_.nodes[slot.node];
-      int max_domain = 0;
-      for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
-        max_domain = std::max(max_domain, __builtin_popcountll(slot.nvlink_masks[d]));
-      }
-      const ClassKey key{
-          static_cast<int>(slot.type), slot.gpu_count, slot.gpu_memory, node.milli_cpus,
-          node.memory_bytes,           max_domain};
-      if (last_class < 0 || key != last_key) {
-        auto [it, inserted] = key_to_class.emplace(key, static_cast<int>(classes_.size()));
-        if (inserted) {
-          classes_.push_back(NodeClass{slot.type,
-                                       slot.gpu_count,
-                                       slot.gpu_memory,
-                                       node.milli_cpus,
-                                       node.memory_bytes,
-                                       max_domain,
-                                       0,
-                                       {}});
-          leaf_count.resize(classes_.size() * leaves, 0);
-        }
-        last_key = key;
-        last_class = it->second;
-      }
-      ++classes_[last_class].count;
-      ++leaf_count[static_cast<size_t>(last_class) * leaves + slot.leaf];
-      class_of_[n] = last_class;
-    }
-    for (size_t k = 0; k < classes_.size(); ++k) {
-      for (int l = 0; l < leaves; ++l) {
-        if (int64_t c = leaf_count[k * leaves + l]; c > 0) classes_[k].per_leaf.emplace_back(l, c);
-      }
-    }
-  }
+  using NodeClass = NodeIndex::NodeClass;
 
   // Replicas of the job's shape one node of class `cls` holds when empty.
   int64_t ClassFit(const NodeClass& cls, const Shape& s, int type) const {
@@ -706,13 +658,14 @@ class Pass {
   // Per-leaf capacity (best_leaf) only when `need_leaf`: it costs a pass over the
   // leaves, and only a hard same-leaf constraint asks for it.
   EmptyCapacity CapacityOfType(const JobCtx& c, int type, bool need_leaf) {
-    BuildClasses();
+    index_.EnsureClasses();
+    const std::vector<NodeClass>& classes = index_.Classes();
     const Shape& s = ShapeReq(c).shape;
     // Excluded nodes as (class, leaf), sorted: a job excludes a few nodes, so they are
     // subtracted from the counts rather than looked up for every class and leaf.
     std::vector<std::pair<int, int>> excluded;
     excluded.reserve(Excl(c).size());
-    for (int32_t n : Excl(c)) excluded.emplace_back(class_of_[n], index_.slot(n).leaf);
+    for (int32_t n : Excl(c)) excluded.emplace_back(index_.ClassOf(n), index_.slot(n).leaf);
     std::sort(excluded.begin(), excluded.end());
     auto excluded_in = [&](std::pair<int, int> from, std::pair<int, int> to) {
       return std::lower_bound(excluded.begin(), excluded.end(), to) -
@@ -720,8 +673,8 @@ class Pass {
     };
     EmptyCapacity cap;
     std::vector<int64_t> per_leaf(need_leaf ? index_.LeafCount() : 0, 0);
-    for (size_t k = 0; k < classes_.size(); ++k) {
-      const NodeClass& cls = classes_[k];
+    for (size_t k = 0; k < classes.size(); ++k) {
+      const NodeClass& cls = classes[k];
       const int64_t fit = ClassFit(cls, s, type);
       if (fit <= 0) continue;
       const int cls_id = static_cast<int>(k);
@@ -752,7 +705,7 @@ class Pass {
     for (int n = 0; n < index_.NodeCount(); ++n) {
       if (std::binary_search(excl.begin(), excl.end(), n)) continue;
       const NodeSlot& slot = index_.slot(n);
-      const int64_t fit = ClassFit(classes_[class_of_[n]], s, type);
+      const int64_t fit = ClassFit(index_.Classes()[index_.ClassOf(n)], s, type);
       if (fit <= 0) continue;
       for (size_t d = 0; d < slot.nvlink_masks.size(); ++d) {
         per_domain[slot.nvlink_ids[d]] +=
@@ -929,7 +882,7 @@ class Pass {
 
   const Snapshot& snap_;
   const Policy& policy_;
-  NodeIndex index_;
+  NodeIndex& index_;
   QuotaState quota_;
   std::unique_ptr<Ordering> ordering_;
   PlacementStyle style_;
@@ -954,9 +907,7 @@ class Pass {
   std::vector<Key> shape_keys_;       // by shape id
   std::vector<ShapeInfo> shapes_;
   std::vector<std::pair<int64_t, std::string>> free_text_;  // by type + 1: (version, text)
-  std::vector<NodeClass> classes_;
-  std::vector<int> class_of_;  // node -> class
-  bool classes_built_ = false;
+  bool preemptible_known_ = false;
   std::vector<int> preemptible_;               // indices into running, ascending priority
   std::vector<int32_t> preemptible_priority_;  // their priorities, side by side
   // Shapes that did not fit, by (type, replicas, topology): any shape needing at
@@ -992,7 +943,35 @@ class Pass {
 }  // namespace
 
 Decisions Schedule(const Snapshot& snapshot, const Policy& policy) {
-  return Pass(snapshot, policy).Run();
+  NodeIndex index(snapshot);
+  return Pass(snapshot, policy, index, QueueUsage(snapshot)).Run();
+}
+
+SnapshotIndex::SnapshotIndex(const Snapshot& snapshot)
+    : snapshot_(&snapshot),
+      index_(std::make_unique<NodeIndex>(snapshot)),
+      usage_(std::make_unique<QueueUsage>(snapshot)) {}
+
+SnapshotIndex::~SnapshotIndex() = default;
+
+void SnapshotIndex::RunningAdded(const RunningJob& job) {
+  index_->RunningAdded(job);
+  usage_->Add(job, 1);
+}
+
+void SnapshotIndex::RunningRemoved(const RunningJob& job) {
+  index_->RunningRemoved(job);
+  usage_->Add(job, -1);
+}
+
+void SnapshotIndex::NodeStateChanged(size_t node) { index_->NodeStateChanged(node); }
+
+Decisions Schedule(const Snapshot& snapshot, const Policy& policy, SnapshotIndex& kept) {
+  TY_CHECK_MSG(&snapshot == kept.snapshot_, "Schedule: a SnapshotIndex of another snapshot");
+  kept.index_->BeginPass();
+  Decisions d = Pass(snapshot, policy, *kept.index_, *kept.usage_).Run();
+  kept.index_->EndPass();
+  return d;
 }
 
 }  // namespace trainyard::sched

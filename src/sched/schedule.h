@@ -25,6 +25,9 @@
 //     job (strict FIFO).
 #pragma once
 
+#include <cstddef>
+#include <memory>
+
 #include "sched/decisions.h"
 #include "sched/policy.h"
 #include "sched/snapshot.h"
@@ -33,5 +36,40 @@ namespace trainyard::sched {
 
 // REQUIRES: ValidatePolicy(policy).ok().
 Decisions Schedule(const Snapshot& snapshot, const Policy& policy);
+
+class NodeIndex;
+struct QueueUsage;
+
+// For a caller that runs many passes over one snapshot that changes a little between
+// them (the simulator): what every pass would otherwise derive from all nodes and all
+// running jobs, kept in step by being told of each change. Schedule with it returns
+// exactly what Schedule without it returns for the same snapshot (the tests check
+// it), in time that grows with the pending jobs and not with the cluster.
+//
+// The snapshot must outlive it, and its nodes vector must not be resized; tell it of
+// every running job added (after appending it) or removed (before erasing it), and of
+// every node whose state changes. Nothing else about nodes may change.
+// Thread-safety: none.
+class SnapshotIndex {
+ public:
+  explicit SnapshotIndex(const Snapshot& snapshot);
+  ~SnapshotIndex();
+  SnapshotIndex(const SnapshotIndex&) = delete;
+  SnapshotIndex& operator=(const SnapshotIndex&) = delete;
+
+  void RunningAdded(const RunningJob& job);
+  void RunningRemoved(const RunningJob& job);
+  void NodeStateChanged(size_t node);  // position in Snapshot::nodes
+
+ private:
+  friend Decisions Schedule(const Snapshot&, const Policy&, SnapshotIndex&);
+  const Snapshot* snapshot_;
+  std::unique_ptr<NodeIndex> index_;
+  std::unique_ptr<QueueUsage> usage_;
+};
+
+// Schedule(snapshot, policy), with `kept` made from this very snapshot object and
+// told of every change since; `kept` is as it was when this returns.
+Decisions Schedule(const Snapshot& snapshot, const Policy& policy, SnapshotIndex& kept);
 
 }  // namespace trainyard::sched

@@ -3,6 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "sched/testing.h"
+
 namespace trainyard::sched {
 namespace {
 
@@ -129,6 +135,69 @@ TEST(ScheduleTest, IsDeterministic) {
     s.nodes.push_back(MakeNode("n" + std::to_string(i), 8, "leaf-" + std::to_string(i % 4)));
   for (int j = 1; j <= 40; ++j) s.pending.push_back(Pending(j, 1 + j % 3, 1 << (j % 4), j));
   EXPECT_EQ(Schedule(s, Policy{}), Schedule(s, Policy{}));
+}
+
+// Schedule with a SnapshotIndex kept in step decides exactly what Schedule decides
+// from scratch, pass after pass, as jobs bind, victims leave, running jobs end and
+// nodes change state; with configured and implicit queues.
+TEST(ScheduleTest, AKeptSnapshotIndexDecidesAsAFreshPass) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    ClusterShape c;
+    c.nodes = 96;
+    c.nodes_per_leaf = 16;
+    c.unready_fraction = 0.05;
+    WorkloadShape w;
+    w.pending = 150;
+    w.define_queues = seed % 2 == 0;
+    Snapshot snap = SyntheticSnapshot(c, w, seed);
+    SnapshotIndex kept(snap);
+    std::mt19937_64 rng(seed);
+    for (int round = 0; round < 8; ++round) {
+      const std::string when = "seed " + std::to_string(seed) + " round " + std::to_string(round);
+      const Decisions d = Schedule(snap, Policy{}, kept);
+      ASSERT_TRUE(d == Schedule(snap, Policy{})) << when;
+      ASSERT_TRUE(Schedule(snap, Policy{}, kept) == d) << when << " (again)";
+      // Bound jobs start; victims and a few other running jobs end.
+      for (const Bind& b : d.binds) {
+        auto it = std::find_if(snap.pending.begin(), snap.pending.end(),
+                               [&](const PendingJob& p) { return p.id == b.job; });
+        ASSERT_NE(it, snap.pending.end());
+        RunningJob r;
+        r.id = it->id;
+        r.tenant = it->tenant;
+        r.queue = it->queue;
+        r.priority = it->priority;
+        r.preemptible = it->preemptible;
+        r.per_replica = it->per_replica;
+        r.replicas = b.replicas;
+        r.start_time = snap.now;
+        snap.pending.erase(it);
+        snap.running.push_back(std::move(r));
+        kept.RunningAdded(snap.running.back());
+      }
+      std::set<JobId> leaving;
+      for (const Preempt& p : d.preemptions) leaving.insert(p.job);
+      for (const RunningJob& r : snap.running) {
+        if (rng() % 10 == 0) leaving.insert(r.id);
+      }
+      for (size_t i = 0; i < snap.running.size();) {
+        if (leaving.count(snap.running[i].id) == 0) {
+          ++i;
+          continue;
+        }
+        kept.RunningRemoved(snap.running[i]);
+        snap.running[i] = std::move(snap.running.back());
+        snap.running.pop_back();
+      }
+      for (int k = 0; k < 3; ++k) {
+        const size_t n = rng() % snap.nodes.size();
+        snap.nodes[n].state =
+            snap.nodes[n].state == NodeState::kReady ? NodeState::kNotReady : NodeState::kReady;
+        kept.NodeStateChanged(n);
+      }
+      snap.now += minutes(10);
+    }
+  }
 }
 
 }  // namespace
