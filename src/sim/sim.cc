@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <queue>
 #include <random>
 #include <unordered_map>
@@ -167,8 +168,24 @@ class Simulator {
   static constexpr Duration kNever = Duration::max();
 
   void Setup() {
-    snap_.nodes = cluster_.nodes;
+    // The snapshot lists nodes by name, the order the scheduler keeps them in: given
+    // any other order, every pass would sort them again. The simulator's own node
+    // numbers stay the cluster's; snap_pos_ maps them.
+    snap_pos_.resize(cluster_.nodes.size());
+    {
+      std::vector<size_t> by_name(cluster_.nodes.size());
+      for (size_t i = 0; i < by_name.size(); ++i) by_name[i] = i;
+      std::stable_sort(by_name.begin(), by_name.end(), [&](size_t a, size_t b) {
+        return cluster_.nodes[a].name < cluster_.nodes[b].name;
+      });
+      snap_.nodes.reserve(by_name.size());
+      for (size_t i : by_name) {
+        snap_pos_[i] = snap_.nodes.size();
+        snap_.nodes.push_back(cluster_.nodes[i]);
+      }
+    }
     snap_.queues = cluster_.queues;
+    if (opt_.keep_index) kept_ = std::make_unique<sched::SnapshotIndex>(snap_);
     std::map<std::string, PriorityClass> classes;
     for (const auto& pc : DefaultPriorityClasses()) classes[pc.name] = pc;
     for (const auto& pc : cluster_.priority_classes) classes[pc.name] = pc;
@@ -308,11 +325,25 @@ class Simulator {
   }
 
   // LAS: less attained service, higher priority; coarse levels (as the ordering).
+  static constexpr int64_t kLasLevels[] = {3'600'000, 16 * 3'600'000};  // GPU-ms
   static int32_t LasPriority(Duration attained) {
     const int64_t ms = attained.count();
-    if (ms < 3'600'000) return 300;
-    if (ms < 16 * 3'600'000) return 200;
+    if (ms < kLasLevels[0]) return 300;
+    if (ms < kLasLevels[1]) return 200;
     return 100;
+  }
+
+  // LAS: when running job `i` next reaches a level of attained service, if it will.
+  void PushNextLasLevel(size_t i) {
+    const SimJob& j = jobs_[i];
+    const int64_t gpus = std::max<int64_t>(j.gpus * j.trace->replicas, 1);
+    const int64_t attained = Attained(j).count();
+    for (int64_t level : kLasLevels) {
+      if (attained >= level) continue;
+      const Duration progress((level + gpus - 1) / gpus);  // the least that reaches it
+      las_levels_.push({j.productive_from + (progress - j.saved), i, j.attempt});
+      return;
+    }
   }
 
   void InsertPending(sched::PendingJob p, size_t job) {
@@ -343,12 +374,14 @@ class Simulator {
       if (n != node_index_.end()) node_jobs_[n->second].push_back(r.id);
     }
     snap_.running.push_back(std::move(r));
+    if (kept_) kept_->RunningAdded(snap_.running.back());
   }
 
   void RemoveRunning(JobId id) {
     auto it = running_pos_.find(id);
     if (it == running_pos_.end()) return;
     size_t pos = it->second;
+    if (kept_) kept_->RunningRemoved(snap_.running[pos]);
     for (const auto& p : snap_.running[pos].replicas) {
       allocated_gpus_ -= static_cast<int64_t>(p.gpus.size());
       auto n = node_index_.find(p.node);
@@ -386,7 +419,14 @@ class Simulator {
     const Duration remaining = j.trace->duration - j.saved;
     Push(Event::kCompletion, j.productive_from + std::max(remaining, Duration(0)),
          static_cast<int64_t>(i), j.attempt);
+    // Checkpoints only matter to the cost of preempting a job: without preemption
+    // the pass never reads them.
+    if (entry_.policy.preemption != "none" && entry_.mode != Mode::kPods &&
+        j.checkpoint_interval.count() > 0) {
+      checkpoints_.push({j.productive_from + j.checkpoint_interval, i, j.attempt});
+    }
     if (entry_.mode == Mode::kPods) return;  // pods are already in the running list
+    if (entry_.mode == Mode::kLas) PushNextLasLevel(i);
     sched::RunningJob r;
     r.id = j.id;
     r.tenant = j.trace->tenant;
@@ -484,9 +524,11 @@ class Simulator {
       }
       case Event::kNodeFail: {
         const size_t n = static_cast<size_t>(e.subject);
-        if (snap_.nodes[n].state == NodeState::kNotReady) break;
-        snap_.nodes[n].state = NodeState::kNotReady;
-        down_gpus_ += static_cast<int64_t>(snap_.nodes[n].gpus.size());
+        Node& node = snap_.nodes[snap_pos_[n]];
+        if (node.state == NodeState::kNotReady) break;
+        node.state = NodeState::kNotReady;
+        if (kept_) kept_->NodeStateChanged(snap_pos_[n]);
+        down_gpus_ += static_cast<int64_t>(node.gpus.size());
         std::vector<JobId> victims = node_jobs_[n];
         std::vector<size_t> owners;
         for (JobId id : victims) {
@@ -509,9 +551,11 @@ class Simulator {
       }
       case Event::kNodeRepair: {
         const size_t n = static_cast<size_t>(e.subject);
-        if (snap_.nodes[n].state != NodeState::kNotReady) break;
-        snap_.nodes[n].state = cluster_.nodes[n].state;
-        down_gpus_ -= static_cast<int64_t>(snap_.nodes[n].gpus.size());
+        Node& node = snap_.nodes[snap_pos_[n]];
+        if (node.state != NodeState::kNotReady) break;
+        node.state = cluster_.nodes[n].state;
+        if (kept_) kept_->NodeStateChanged(snap_pos_[n]);
+        down_gpus_ -= static_cast<int64_t>(node.gpus.size());
         ScheduleFailure(n, now_);
         dirty_ = true;
         break;
@@ -545,29 +589,36 @@ class Simulator {
     next_pass_ = now_ + opt_.schedule_interval;
     if (snap_.pending.empty()) return;
     snap_.now = Timestamp(now_);
-    if (entry_.mode == Mode::kLas) {
-      for (auto& r : snap_.running) {
-        auto it = running_owner_.find(r.id);
-        if (it != running_owner_.end()) r.priority = LasPriority(Attained(jobs_[it->second]));
-      }
+    // LAS: running jobs' priorities, for the jobs that reached a level since the last
+    // pass (a running job's attained service only grows).
+    while (!las_levels_.empty() && las_levels_.top().at <= now_) {
+      const Due due = las_levels_.top();
+      las_levels_.pop();
+      const SimJob& j = jobs_[due.job];
+      if (j.attempt != due.attempt) continue;  // that attempt has ended
+      sched::RunningJob* r = Running(j.id);
+      if (r == nullptr) continue;
+      r->priority = LasPriority(Attained(j));
+      PushNextLasLevel(due.job);
     }
-    // Checkpoints only matter to the cost of preempting a job: without preemption
-    // the pass never reads them.
-    if (entry_.policy.preemption != "none" && entry_.mode != Mode::kPods) {
-      for (auto& r : snap_.running) {
-        auto it = running_owner_.find(r.id);
-        if (it == running_owner_.end()) continue;
-        const SimJob& j = jobs_[it->second];
-        if (j.checkpoint_interval.count() > 0 && now_ > j.productive_from) {
-          Duration ran = now_ - j.productive_from;
-          Duration k =
-              Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
-          if (k.count() > 0) r.last_checkpoint = Timestamp(j.productive_from + k);
-        }
-      }
+    // Each running job's latest checkpoint, for the jobs that completed one since the
+    // last pass (a job's first is due one interval after its productive start).
+    while (!checkpoints_.empty() && checkpoints_.top().at <= now_) {
+      const Due due = checkpoints_.top();
+      checkpoints_.pop();
+      const SimJob& j = jobs_[due.job];
+      if (j.attempt != due.attempt) continue;  // that attempt has ended
+      sched::RunningJob* r = Running(j.id);
+      if (r == nullptr) continue;
+      const Duration ran = now_ - j.productive_from;
+      const Duration k =
+          Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
+      r->last_checkpoint = Timestamp(j.productive_from + k);
+      checkpoints_.push({j.productive_from + k + j.checkpoint_interval, due.job, due.attempt});
     }
     ++passes_;
-    sched::Decisions d = sched::Schedule(snap_, entry_.policy);
+    sched::Decisions d = kept_ ? sched::Schedule(snap_, entry_.policy, *kept_)
+                               : sched::Schedule(snap_, entry_.policy);
     for (const auto& b : d.binds) ApplyBind(b);
     for (const auto& p : d.preemptions) ApplyPreempt(p);
     for (const auto& inf : d.infeasible) ApplyInfeasible(inf.job);
@@ -743,6 +794,20 @@ class Simulator {
   std::unordered_map<JobId, size_t> pending_owner_, running_owner_;
   std::unordered_map<std::string, size_t> node_index_;
   std::vector<std::vector<JobId>> node_jobs_;
+  std::vector<size_t> snap_pos_;  // cluster node number -> position in snap_.nodes
+  // When a running job's attempt next changes what the scheduler sees of it, earliest
+  // first; entries of attempts that have ended are skipped.
+  struct Due {
+    Duration at;
+    size_t job;
+    int64_t attempt;
+    bool operator>(const Due& o) const { return at > o.at; }
+  };
+  using DueQueue = std::priority_queue<Due, std::vector<Due>, std::greater<>>;
+  DueQueue checkpoints_;  // its next completed checkpoint
+  DueQueue las_levels_;   // LAS: its next level of attained service
+  // What every pass derives from the nodes and running jobs, kept in step with snap_.
+  std::unique_ptr<sched::SnapshotIndex> kept_;
 
   int64_t total_gpus_ = 0;
   int64_t down_gpus_ = 0;

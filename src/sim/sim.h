@@ -55,6 +55,10 @@ struct SimOptions {
   // stopped at its limit, so values below 1 are refused.
   double time_limit_factor = 0;
   Duration sample_interval{0};  // time series resolution; 0: automatic
+  // Keep the scheduler's view of nodes and running jobs from pass to pass
+  // (sched::SnapshotIndex) instead of deriving it in every pass. Results are the same
+  // either way (tested); only the time differs.
+  bool keep_index = true;
   // Called now and then with (virtual time reached, trace end estimate), for a
   // progress bar. May be empty.
   std::function<void(Duration, Duration)> progress;
