@@ -201,6 +201,10 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
   base.load_factor = options.load_factor;
   base.seed = options.seed;
   base.gpu_mtbf_hours = options.gpu_mtbf_hours;
+  base.pressure_per_hour = options.pressure_per_hour;
+  base.pressure_gpus = options.pressure_gpus;
+  base.pressure_priority = options.pressure_priority;
+  base.pressure_queue = options.pressure_queue;
   base.time_limit_factor = options.time_limit_factor;
   struct DurationFlag {
     const char* flag;
@@ -212,7 +216,8 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
                      &base.default_checkpoint_interval},
         DurationFlag{"--schedule-interval", &options.schedule_interval, &base.schedule_interval},
         DurationFlag{"--preempt-grace", &options.preempt_grace, &base.preempt_grace},
-        DurationFlag{"--restart-overhead", &options.restart_overhead, &base.restart_overhead}}) {
+        DurationFlag{"--restart-overhead", &options.restart_overhead, &base.restart_overhead},
+        DurationFlag{"--pressure-duration", &options.pressure_duration, &base.pressure_duration}}) {
     auto d = ParseDuration(*f.text);
     if (!d.ok()) return fail(InvalidArgument(std::string(f.flag) + ": " + d.status().message()));
     *f.out = *d;
@@ -306,6 +311,19 @@ void AddSimCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostrea
   cmd->add_option("--seed", o->seed, "Seed for failure injection")->capture_default_str();
   cmd->add_option("--mtbf-hours", o->gpu_mtbf_hours, "Per-GPU mean time between failures (0: none)")
       ->capture_default_str();
+  cmd->add_option("--pressure", o->pressure_per_hour,
+                  "Preemption pressure: high-priority jobs injected per hour of trace time\n"
+                  "at random (seeded) times (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--pressure-gpus", o->pressure_gpus, "GPUs of each injected job")
+      ->capture_default_str();
+  cmd->add_option("--pressure-duration", o->pressure_duration, "Running time of each injected job")
+      ->capture_default_str();
+  cmd->add_option("--pressure-priority", o->pressure_priority,
+                  "Priority class of the injected jobs")
+      ->capture_default_str();
+  cmd->add_option("--pressure-queue", o->pressure_queue,
+                  "TENANT/QUEUE of the injected jobs (default: the cluster's first queue)");
   cmd->add_option("--time-limit-factor", o->time_limit_factor,
                   "Give jobs without a time limit one of X times their duration, so that\n"
                   "backfill can plan reservations (X >= 1; 0: none)")

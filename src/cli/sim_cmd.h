@@ -29,6 +29,11 @@ struct SimCommandOptions {
   std::string report_dir;
   uint64_t seed = 1;
   double gpu_mtbf_hours = 0;
+  double pressure_per_hour = 0;  // injected high-priority jobs per hour; 0: none
+  int32_t pressure_gpus = 8;
+  std::string pressure_duration = "1h";
+  std::string pressure_priority = "production";
+  std::string pressure_queue;    // TENANT/QUEUE; empty: the cluster's first queue
   double time_limit_factor = 0;  // 0: trace jobs without a limit keep none
   std::string checkpoint_interval = "30m";
   std::string schedule_interval = "10s";

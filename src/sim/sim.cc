@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 #include <unordered_map>
 
 #include "core/names.h"
 #include "sched/schedule.h"
+#include "sim/traces.h"
 
 namespace trainyard::sim {
 namespace {
@@ -837,6 +839,102 @@ Result<sched::Policy> PolicyFor(std::string_view name) {
   return e.policy;
 }
 
+namespace {
+
+// The trace with the preemption-pressure jobs of `o` added (a copy only when there
+// are some); errors name the option, the value and what is valid.
+Result<std::optional<Trace>> WithPressure(const Trace& trace, const ClusterSpec& cluster,
+                                          const SimOptions& o) {
+  if (!(o.pressure_per_hour >= 0) || !std::isfinite(o.pressure_per_hour)) {
+    return InvalidArgument("--pressure: must be a number of jobs per hour >= 0, got " +
+                           FormatNumber(o.pressure_per_hour));
+  }
+  if (o.pressure_per_hour == 0) return std::optional<Trace>();
+  if (o.pressure_gpus < 1 || o.pressure_gpus > 1'000'000) {
+    return InvalidArgument("--pressure-gpus: must be 1 to 1000000, got " +
+                           std::to_string(o.pressure_gpus));
+  }
+  if (o.pressure_duration.count() <= 0) {
+    return InvalidArgument("--pressure-duration: must be > 0, got " +
+                           std::to_string(o.pressure_duration.count()) + " ms");
+  }
+  std::vector<std::string_view> classes;
+  bool known = false;
+  std::vector<PriorityClass> all = DefaultPriorityClasses();
+  all.insert(all.end(), cluster.priority_classes.begin(), cluster.priority_classes.end());
+  for (const PriorityClass& pc : all) {
+    known = known || pc.name == o.pressure_priority;
+    if (std::find(classes.begin(), classes.end(), pc.name) == classes.end())
+      classes.push_back(pc.name);
+  }
+  if (!known) {
+    std::string valid;
+    for (auto c : classes) valid += (valid.empty() ? "" : ", ") + std::string(c);
+    std::string msg = "--pressure-priority: unknown priority class " +
+                      QuoteForMessage(o.pressure_priority) + "; valid: " + valid;
+    if (std::string hint = ClosestMatch(o.pressure_priority, classes); !hint.empty())
+      msg += " (did you mean " + hint + "?)";
+    return InvalidArgument(msg);
+  }
+  std::string tenant = "pressure", queue = "default";
+  if (!o.pressure_queue.empty()) {
+    const size_t slash = o.pressure_queue.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == o.pressure_queue.size()) {
+      return InvalidArgument("--pressure-queue: must be TENANT/QUEUE, got " +
+                             QuoteForMessage(o.pressure_queue));
+    }
+    tenant = o.pressure_queue.substr(0, slash);
+    queue = o.pressure_queue.substr(slash + 1);
+  } else if (!cluster.queues.empty()) {
+    tenant = cluster.queues.front().tenant;
+    queue = cluster.queues.front().name;
+  }
+  if (!cluster.queues.empty()) {
+    std::string valid;
+    bool exists = false;
+    for (const Queue& q : cluster.queues) {
+      exists = exists || (q.tenant == tenant && q.name == queue);
+      valid += (valid.empty() ? "" : ", ") + q.tenant + "/" + q.name;
+    }
+    if (!exists) {
+      return InvalidArgument("--pressure-queue: the cluster has no queue " +
+                             QuoteForMessage(tenant + "/" + queue) + "; valid: " + valid);
+    }
+  }
+  int32_t largest = 1;
+  for (const Node& n : cluster.nodes) {
+    largest = std::max(largest, static_cast<int32_t>(std::min<size_t>(n.gpus.size(), 64)));
+  }
+  const auto [replicas, per_replica] = GangShape(o.pressure_gpus, largest);
+  Duration first = Duration::max(), last = Duration::min();
+  for (const TraceJob& j : trace.jobs) {
+    first = std::min(first, j.submit);
+    last = std::max(last, j.submit + j.duration);
+  }
+  std::optional<Trace> out = trace;
+  if (trace.jobs.empty()) return out;
+  // A stream of its own, so that failures draw the same times with or without it.
+  std::mt19937_64 rng(o.seed ^ 0x7072657373757265ull);
+  std::exponential_distribution<double> gap(o.pressure_per_hour / 3'600'000.0);  // per ms
+  int64_t n = 0;
+  for (double t = static_cast<double>(first.count()) + gap(rng);
+       t <= static_cast<double>(last.count()); t += gap(rng)) {
+    TraceJob j;
+    j.id = "pressure-" + std::to_string(++n);
+    j.submit = Duration(static_cast<int64_t>(t));
+    j.tenant = tenant;
+    j.queue = queue;
+    j.priority_class = o.pressure_priority;
+    j.replicas = replicas;
+    j.gpus_per_replica = per_replica;
+    j.duration = o.pressure_duration;
+    out->jobs.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
                            const SimOptions& options) {
   TY_ASSIGN_OR_RETURN(PolicyEntry entry, FindPolicy(options.policy));
@@ -859,13 +957,15 @@ Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
         FormatNumber(options.time_limit_factor));
   }
   if (cluster.nodes.empty()) return InvalidArgument("cluster: has no nodes");
-  for (const TraceJob& j : trace.jobs) {
+  TY_ASSIGN_OR_RETURN(std::optional<Trace> pressured, WithPressure(trace, cluster, options));
+  const Trace& input = pressured ? *pressured : trace;
+  for (const TraceJob& j : input.jobs) {
     if (j.replicas < 1 || j.gpus_per_replica < 0 || j.duration.count() < 0) {
       return InvalidArgument("trace job " + j.id +
                              ": replicas must be >= 1 and gpus and duration >= 0");
     }
   }
-  return Simulator(trace, cluster, options, std::move(entry)).Run();
+  return Simulator(input, cluster, options, std::move(entry)).Run();
 }
 
 }  // namespace trainyard::sim

@@ -48,6 +48,19 @@ struct SimOptions {
   Duration preempt_grace{60'000};                   // a preempted job keeps its GPUs this long
   double gpu_mtbf_hours = 0;                        // per-GPU mean time between failures; 0: none
   Duration node_repair{3'600'000};                  // a failed node comes back after this
+  // Preemption pressure: jobs of a high priority class injected at random (Poisson)
+  // times from the trace's first submission to the end its last job would reach if
+  // started at once, `pressure_per_hour` per hour of the trace's own time
+  // (compressed with it by the load factor), each of `pressure_gpus` GPUs (a gang of
+  // whole nodes above the largest node) running `pressure_duration`, in
+  // `pressure_queue` ("tenant/queue"; empty: the cluster's first queue, or tenant
+  // "pressure" when it defines none). They are jobs like the others in the results,
+  // with ids "pressure-N". 0: none.
+  double pressure_per_hour = 0;
+  int32_t pressure_gpus = 8;
+  Duration pressure_duration{3'600'000};
+  std::string pressure_priority = "production";
+  std::string pressure_queue;
   uint64_t seed = 1;
   // Jobs whose trace gives no time limit get one of this many times their duration
   // (a user's estimate), so that backfill can plan reservations around them; 0: none

@@ -194,6 +194,87 @@ TEST(SimTest, KeptIndexGivesTheSameResultsAsFreshPasses) {
   }
 }
 
+// Preemption pressure: injected high-priority jobs preempt the long normal jobs that
+// fill the cluster (never under fifo, which does not preempt), every one of them runs,
+// and the same seed gives the same jobs.
+TEST(SimTest, PressureJobsPreemptLowerPriorityWork) {
+  Trace t;
+  for (int i = 0; i < 8; ++i) {
+    t.jobs.push_back(Job("long" + std::to_string(i), minutes(i), 1, 4, hours(20)));
+  }
+  ClusterSpec c = Cluster(4, 8);
+  SimOptions o;
+  o.pressure_per_hour = 0.5;
+  o.pressure_gpus = 16;  // two whole nodes
+  o.pressure_duration = hours(1);
+  auto ours = Simulate(t, c, o);
+  ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+  int injected = 0;
+  for (const JobRecord& r : ours->jobs) {
+    if (r.id.rfind("pressure-", 0) != 0) continue;
+    ++injected;
+    EXPECT_EQ(r.gpus, 16) << r.id;
+    EXPECT_EQ(r.tenant, "pressure") << r.id;
+    EXPECT_GE(r.end.count(), 0) << r.id << " never finished";
+    // It waits for its victims' grace period (60 s) and the next pass, no longer.
+    EXPECT_LE(r.first_start - r.submit, Duration(minutes(2))) << r.id;
+  }
+  EXPECT_GT(injected, 0);
+  EXPECT_GT(ours->summary.preemptions, 0);
+  EXPECT_GT(ours->summary.lost_gpu_hours, 0);
+  EXPECT_EQ(ours->summary.completed, ours->summary.jobs);
+  auto again = Simulate(t, c, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(SummaryJson(again->summary).dump(), SummaryJson(ours->summary).dump());
+  o.policy = "fifo";
+  auto fifo = Simulate(t, c, o);
+  ASSERT_TRUE(fifo.ok());
+  EXPECT_EQ(fifo->summary.jobs, ours->summary.jobs);
+  EXPECT_EQ(fifo->summary.preemptions, 0);
+  // Configured queues: the first one by default, or the one named; others refused.
+  c.queues = {Queue{"q1", "t1", "", 0, 32, 1.0}, Queue{"q2", "t2", "", 0, 32, 1.0}};
+  for (TraceJob& j : t.jobs) {
+    j.tenant = "t1";
+    j.queue = "q1";
+  }
+  o.policy = "trainyard";
+  auto first = Simulate(t, c, o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->jobs.back().tenant, "t1");
+  o.pressure_queue = "t2/q2";
+  auto named = Simulate(t, c, o);
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(named->jobs.back().tenant, "t2");
+  o.pressure_queue = "t3/q9";
+  EXPECT_THAT(Simulate(t, c, o).status().message(),
+              ::testing::AllOf(::testing::HasSubstr("--pressure-queue"),
+                               ::testing::HasSubstr("t3/q9"), ::testing::HasSubstr("t1/q1")));
+}
+
+TEST(SimTest, RejectsBadPressureOptions) {
+  Trace t;
+  t.jobs.push_back(Job("a", seconds(0), 1, 1, hours(1)));
+  ClusterSpec c = Cluster(2, 8);
+  auto message = [&](auto change) {
+    SimOptions o;
+    o.pressure_per_hour = 1;
+    change(o);
+    auto r = Simulate(t, c, o);
+    return r.ok() ? std::string("accepted") : std::string(r.status().message());
+  };
+  EXPECT_THAT(message([](SimOptions& o) { o.pressure_per_hour = -1; }),
+              ::testing::HasSubstr("--pressure: must be a number of jobs per hour >= 0, got -1"));
+  EXPECT_THAT(message([](SimOptions& o) { o.pressure_gpus = 0; }),
+              ::testing::HasSubstr("--pressure-gpus: must be 1 to 1000000, got 0"));
+  EXPECT_THAT(message([](SimOptions& o) { o.pressure_duration = Duration(0); }),
+              ::testing::HasSubstr("--pressure-duration: must be > 0"));
+  EXPECT_THAT(message([](SimOptions& o) { o.pressure_priority = "urgent"; }),
+              ::testing::AllOf(::testing::HasSubstr("unknown priority class \"urgent\""),
+                               ::testing::HasSubstr("valid: p0, production, normal, best-effort")));
+  EXPECT_THAT(message([](SimOptions& o) { o.pressure_queue = "nobody"; }),
+              ::testing::HasSubstr("--pressure-queue: must be TENANT/QUEUE, got \"nobody\""));
+}
+
 TEST(SimTest, RejectsBadOptions) {
   SimOptions o;
   o.policy = "trainyrd";
