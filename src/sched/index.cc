@@ -195,7 +195,9 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
   touched_.assign(slots_.size(), 0);
 }
 
-void NodeIndex::Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* held) {
+template <typename Fn>
+void NodeIndex::ForEachHolding(const RunningJob& job, Fn&& fn) const {
+  // Replicas of a gang mostly share nodes with their neighbours: look up each once.
   const std::string* last_node = nullptr;
   int32_t n = -1;
   for (const Placement& p : job.replicas) {
@@ -203,8 +205,12 @@ void NodeIndex::Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* he
       last_node = &p.node;
       n = slot_by_name_.Find(p.node);
     }
-    if (n < 0) continue;
-    const uint64_t mask = MaskOf(n, p.gpus);
+    if (n >= 0) fn(n, MaskOf(n, p.gpus));
+  }
+}
+
+void NodeIndex::Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* held) {
+  ForEachHolding(job, [&](int32_t n, uint64_t mask) {
     if (held != nullptr) held->push_back({n, mask});
     for (uint64_t m = mask; m != 0; m &= m - 1) {
       const int g = __builtin_ctzll(m);
@@ -223,7 +229,7 @@ void NodeIndex::Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* he
       RefreshFree(n);
       Rebucket(n);
     }
-  }
+  });
 }
 
 void NodeIndex::RefreshFree(int n) {
@@ -284,15 +290,7 @@ void NodeIndex::EnsureHeld() {
   held_start_.reserve(snapshot_->running.size() + 1);
   for (const RunningJob& job : snapshot_->running) {
     held_start_.push_back(static_cast<int32_t>(held_.size()));
-    const std::string* last_node = nullptr;
-    int32_t n = -1;
-    for (const Placement& p : job.replicas) {
-      if (last_node == nullptr || *last_node != p.node) {
-        last_node = &p.node;
-        n = slot_by_name_.Find(p.node);
-      }
-      if (n >= 0) held_.push_back({n, MaskOf(n, p.gpus)});
-    }
+    ForEachHolding(job, [&](int32_t n, uint64_t mask) { held_.push_back({n, mask}); });
   }
   held_start_.push_back(static_cast<int32_t>(held_.size()));
 }

@@ -260,6 +260,9 @@ class NodeIndex {
   // CPU and memory in use, and recomputes the free capacity of its nodes; appends
   // where it holds GPUs to `held` when given.
   void Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* held);
+  // Calls fn(slot, GPU positions) for each replica of `job` on a known node.
+  template <typename Fn>
+  void ForEachHolding(const RunningJob& job, Fn&& fn) const;
   void RefreshFree(int n);
   void Record(int n);  // saves node `n`'s state the first time a pass changes it
   size_t LeafKey(int type, int leaf) const {

@@ -586,6 +586,19 @@ class Simulator {
 
   // --- scheduling ---------------------------------------------------------------------
 
+  // Takes the entries of `queue` due by now; calls fn(job index, job, its running
+  // entry) for those of attempts still running.
+  template <typename Queue, typename Fn>
+  void PopDue(Queue& queue, Fn&& fn) {
+    while (!queue.empty() && queue.top().at <= now_) {
+      const Due due = queue.top();
+      queue.pop();
+      const SimJob& j = jobs_[due.job];
+      if (j.attempt != due.attempt) continue;  // that attempt has ended
+      if (sched::RunningJob* r = Running(j.id)) fn(due.job, j, *r);
+    }
+  }
+
   void Pass() {
     dirty_ = false;
     next_pass_ = now_ + opt_.schedule_interval;
@@ -593,31 +606,19 @@ class Simulator {
     snap_.now = Timestamp(now_);
     // LAS: running jobs' priorities, for the jobs that reached a level since the last
     // pass (a running job's attained service only grows).
-    while (!las_levels_.empty() && las_levels_.top().at <= now_) {
-      const Due due = las_levels_.top();
-      las_levels_.pop();
-      const SimJob& j = jobs_[due.job];
-      if (j.attempt != due.attempt) continue;  // that attempt has ended
-      sched::RunningJob* r = Running(j.id);
-      if (r == nullptr) continue;
-      r->priority = LasPriority(Attained(j));
-      PushNextLasLevel(due.job);
-    }
+    PopDue(las_levels_, [&](size_t i, const SimJob& j, sched::RunningJob& r) {
+      r.priority = LasPriority(Attained(j));
+      PushNextLasLevel(i);
+    });
     // Each running job's latest checkpoint, for the jobs that completed one since the
     // last pass (a job's first is due one interval after its productive start).
-    while (!checkpoints_.empty() && checkpoints_.top().at <= now_) {
-      const Due due = checkpoints_.top();
-      checkpoints_.pop();
-      const SimJob& j = jobs_[due.job];
-      if (j.attempt != due.attempt) continue;  // that attempt has ended
-      sched::RunningJob* r = Running(j.id);
-      if (r == nullptr) continue;
+    PopDue(checkpoints_, [&](size_t i, const SimJob& j, sched::RunningJob& r) {
       const Duration ran = now_ - j.productive_from;
       const Duration k =
           Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
-      r->last_checkpoint = Timestamp(j.productive_from + k);
-      checkpoints_.push({j.productive_from + k + j.checkpoint_interval, due.job, due.attempt});
-    }
+      r.last_checkpoint = Timestamp(j.productive_from + k);
+      checkpoints_.push({j.productive_from + k + j.checkpoint_interval, i, j.attempt});
+    });
     ++passes_;
     sched::Decisions d = kept_ ? sched::Schedule(snap_, entry_.policy, *kept_)
                                : sched::Schedule(snap_, entry_.policy);

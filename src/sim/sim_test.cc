@@ -93,7 +93,7 @@ TEST(SimTest, FailuresRequeueFromCheckpointsAndAreDeterministic) {
   ClusterSpec c = Cluster(8, 8);
   Trace t;
   for (int i = 0; i < 40; ++i)
-    t.jobs.push_back(Job("j" + std::to_string(i), minutes(i), 1 + i % 2, 8, hours(3)));
+    t.jobs.push_back(Job(std::string("j") + std::to_string(i), minutes(i), 1 + i % 2, 8, hours(3)));
   SimOptions o;
   o.gpu_mtbf_hours = 200;  // per GPU: a node of 8 fails every 25 hours on average
   o.seed = 7;
