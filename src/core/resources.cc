@@ -64,7 +64,11 @@ bool Fits(const Resources& request, const Resources& available) {
 
 std::string Describe(const Resources& r) {
   std::string out;
-  if (r.gpus > 0) {
+  if (r.gpus == 1 && r.gpu_milli > 0 && r.gpu_milli < 1000) {
+    out += std::to_string(r.gpu_milli) + "/1000 of one " +
+           (r.gpu_type.empty() ? std::string("GPU") : r.gpu_type);
+    if (r.gpu_memory_bytes > 0) out += " (" + FormatMemory(r.gpu_memory_bytes) + ")";
+  } else if (r.gpus > 0) {
     out += std::to_string(r.gpus);
     out += r.gpu_type.empty() ? (r.gpus == 1 ? " GPU" : " GPUs") : "x " + r.gpu_type;
     if (r.gpu_memory_bytes > 0) out += " (" + FormatMemory(r.gpu_memory_bytes) + " each)";

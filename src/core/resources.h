@@ -13,6 +13,10 @@ namespace trainyard {
 
 struct Resources {
   int64_t gpus = 0;
+  // 1..999: a share of one GPU in thousandths (gpus is then 1), which other shares
+  // may use at the same time; 0: whole GPUs. Set by trace replays with GPU sharing;
+  // job specs do not offer it yet.
+  int64_t gpu_milli = 0;
   std::string gpu_type;          // upper-case model family, e.g. "H100"; empty = any
   int64_t gpu_memory_bytes = 0;  // minimum memory per GPU; 0 = any
   int64_t milli_cpus = 0;

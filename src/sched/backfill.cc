@@ -12,6 +12,7 @@ struct Release {
   std::vector<std::pair<int32_t, uint64_t>> gpus;  // (node, GPU positions) per replica
   int64_t cpu = 0;                                 // per replica
   int64_t mem = 0;
+  int share = 0;  // per replica, of its one GPU; 0: whole GPUs
 };
 
 }  // namespace
@@ -32,7 +33,12 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
     } else {
       continue;
     }
-    Release r{end, static_cast<int>(i), {}, j.per_replica.milli_cpus, j.per_replica.memory_bytes};
+    Release r{end,
+              static_cast<int>(i),
+              {},
+              j.per_replica.milli_cpus,
+              j.per_replica.memory_bytes,
+              ShareOf(j.per_replica)};
     for (const Placement& p : j.replicas) {
       int n = index.NodeByName(p.node);
       if (n >= 0) r.gpus.emplace_back(n, index.MaskOf(n, p.gpus));
@@ -43,7 +49,7 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
     const PassBind& b = bound_this_pass[i];
     if (b.time_limit.count() <= 0) continue;
     ends.push_back({snap.now + b.time_limit, static_cast<int>(snap.running.size() + i),
-                    b.placement.replicas, b.shape.cpu, b.shape.mem});
+                    b.placement.replicas, b.shape.cpu, b.shape.mem, b.shape.share});
   }
   std::sort(ends.begin(), ends.end(), [](const Release& a, const Release& b) {
     return a.end != b.end ? a.end < b.end : a.order < b.order;
@@ -54,6 +60,7 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
     int32_t node;
     uint64_t mask;
     int64_t cpu, mem;
+    int share;
   };
   std::vector<Freed> freed;
   std::optional<PlannedStart> planned;
@@ -62,8 +69,8 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
   for (size_t k = 0; k < ends.size() && !planned; ++k) {
     for (auto [n, mask] : ends[k].gpus) {
       if (auto c = claimed.find(n); c != claimed.end()) mask &= ~c->second;
-      index.Release(n, mask, ends[k].cpu, ends[k].mem);
-      freed.push_back({n, mask, ends[k].cpu, ends[k].mem});
+      index.Release(n, mask, ends[k].cpu, ends[k].mem, ends[k].share);
+      freed.push_back({n, mask, ends[k].cpu, ends[k].mem, ends[k].share});
     }
     // Several jobs may end at the same instant; try once they all have.
     if (k + 1 < ends.size() && ends[k + 1].end == ends[k].end) continue;
@@ -73,7 +80,7 @@ std::optional<PlannedStart> ReserveEarliestStart(NodeIndex& index, const GangReq
   }
   // Undo the what-if, then hold what is free now.
   for (auto it = freed.rbegin(); it != freed.rend(); ++it) {
-    index.Take(it->node, it->mask, it->cpu, it->mem);
+    index.Take(it->node, it->mask, it->cpu, it->mem, it->share);
   }
   if (!planned) return std::nullopt;
   for (const auto& [n, mask] : planned->placement.replicas) {

@@ -134,6 +134,7 @@ NodeIndex::NodeIndex(const Snapshot& snapshot)
   gpu_base_.resize(slots_.size() + 1);
   for (size_t i = 0; i < slots_.size(); ++i) gpu_base_[i + 1] = gpu_base_[i] + slots_[i].gpu_count;
   gpu_holds_.assign(static_cast<size_t>(gpu_base_.back()), 0);
+  share_used_.assign(static_cast<size_t>(gpu_base_.back()), 0);
   used_cpu_.assign(slots_.size(), 0);
   used_mem_.assign(slots_.size(), 0);
   held_mask_.assign(slots_.size(), 0);
@@ -210,10 +211,15 @@ void NodeIndex::ForEachHolding(const RunningJob& job, Fn&& fn) const {
 }
 
 void NodeIndex::Hold(const RunningJob& job, int delta, std::vector<HeldGpus>* held) {
+  const int share = ShareOf(job.per_replica);
   ForEachHolding(job, [&](int32_t n, uint64_t mask) {
     if (held != nullptr) held->push_back({n, mask});
     for (uint64_t m = mask; m != 0; m &= m - 1) {
       const int g = __builtin_ctzll(m);
+      if (share > 0) {
+        int32_t& used = share_used_[static_cast<size_t>(gpu_base_[n] + g)];
+        used = std::max(0, used + delta * share);
+      }
       uint16_t& holds = gpu_holds_[static_cast<size_t>(gpu_base_[n] + g)];
       holds = static_cast<uint16_t>(std::max(0, holds + delta));
       if (holds == 0) {
@@ -250,6 +256,7 @@ void NodeIndex::NodeStateChanged(size_t node) {
 void NodeIndex::BeginPass() {
   journaling_ = true;
   journal_.clear();
+  share_journal_.clear();
   if (++pass_ == 0) {  // wrapped: no slot may look saved already
     std::fill(touched_.begin(), touched_.end(), 0);
     pass_ = 1;
@@ -258,6 +265,10 @@ void NodeIndex::BeginPass() {
 }
 
 void NodeIndex::EndPass() {
+  for (auto it = share_journal_.rbegin(); it != share_journal_.rend(); ++it) {
+    share_used_[static_cast<size_t>(it->first)] = it->second;
+  }
+  share_journal_.clear();
   for (const Saved& saved : journal_) {
     Unbucket(saved.node);
     NodeSlot& s = slots_[saved.node];
@@ -378,7 +389,13 @@ int NodeIndex::ReplicasFit(int n, const Shape& shape) const {
   if (shape.gpus > 0) {
     if (s.type < 0 || (shape.type >= 0 && s.type != shape.type)) return 0;
     if (shape.gpu_memory > s.gpu_memory) return 0;
-    fit = std::min<int64_t>(fit, s.FreeGpus() / shape.gpus);
+    if (shape.share > 0) {
+      int64_t shares = 0;
+      for (int g = 0; g < s.gpu_count; ++g) shares += ShareRoom(n, g) / shape.share;
+      fit = std::min(fit, shares);
+    } else {
+      fit = std::min<int64_t>(fit, s.FreeGpus() / shape.gpus);
+    }
   }
   if (shape.cpu > 0) fit = std::min(fit, s.free_cpu / shape.cpu);
   if (shape.mem > 0) fit = std::min(fit, s.free_mem / shape.mem);
@@ -446,11 +463,29 @@ void NodeIndex::Rebucket(int n) {
   }
 }
 
-void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
+void NodeIndex::ChangeShare(int n, uint64_t gpu_mask, int delta) {
+  const size_t pos = static_cast<size_t>(gpu_base_[n] + __builtin_ctzll(gpu_mask));
+  int32_t& used = share_used_[pos];
+  if (journaling_) share_journal_.emplace_back(static_cast<int32_t>(pos), used);
+  used = std::max(0, used + delta);
+  // The GPU is free exactly when no share is left on it.
+  NodeSlot& s = slots_[n];
+  if (used > 0) {
+    s.free_mask &= ~gpu_mask;
+  } else {
+    s.free_mask |= gpu_mask;
+  }
+}
+
+void NodeIndex::Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem, int share) {
   Record(n);
   Unbucket(n);
   NodeSlot& s = slots_[n];
-  s.free_mask &= ~gpu_mask;
+  if (share > 0 && gpu_mask != 0) {
+    ChangeShare(n, gpu_mask & (~gpu_mask + 1), share);
+  } else {
+    s.free_mask &= ~gpu_mask;
+  }
   s.free_cpu -= cpu;
   s.free_mem -= mem;
   Rebucket(n);
@@ -469,11 +504,15 @@ void NodeIndex::Reserve(int n, uint64_t gpu_mask, Timestamp from) {
   Rebucket(n);
 }
 
-void NodeIndex::Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem) {
+void NodeIndex::Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem, int share) {
   Record(n);
   Unbucket(n);
   NodeSlot& s = slots_[n];
-  s.free_mask |= gpu_mask;
+  if (share > 0 && gpu_mask != 0) {
+    ChangeShare(n, gpu_mask & (~gpu_mask + 1), -share);
+  } else {
+    s.free_mask |= gpu_mask;
+  }
   s.free_cpu += cpu;
   s.free_mem += mem;
   Rebucket(n);

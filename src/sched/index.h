@@ -12,6 +12,11 @@
 // node's free GPUs are one 64-bit mask); Placement converts positions to the GPU
 // indices agents know.
 //
+// GPU sharing: a replica may take a share of one GPU (Shape::share, in thousandths).
+// A GPU with shares in use is not free (not in free_mask) but keeps the room its
+// shares leave (ShareRoom) for further shares; it is free again when the last share
+// is released.
+//
 // Kept across passes (sched::SnapshotIndex): RunningAdded / RunningRemoved /
 // NodeStateChanged follow the snapshot between passes, and BeginPass / EndPass put
 // back everything a pass changed, so the next pass starts from the same state a
@@ -20,6 +25,7 @@
 // Private to sched/. Thread-safety: none; one pass owns one index.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -127,15 +133,25 @@ struct NodeSlot {
   int FreeGpus() const { return __builtin_popcountll(free_mask); }
 };
 
+// A GPU's capacity in thousandths, the unit of shares.
+constexpr int kWholeGpu = 1000;
+
 // A replica shape: what one replica needs, plus how many replicas.
 struct Shape {
   int16_t type = -1;  // -1: any GPU type
   int gpus = 0;
+  int share = 0;  // 1..999: a share of one GPU (gpus is 1); 0: whole GPUs
   int64_t cpu = 0;
   int64_t mem = 0;
   int64_t gpu_memory = 0;
   int replicas = 1;
 };
+
+// The share of one GPU `r` asks for per replica, 0 when it takes whole GPUs.
+inline int ShareOf(const Resources& r) {
+  return r.gpus == 1 && r.gpu_milli > 0 && r.gpu_milli < kWholeGpu ? static_cast<int>(r.gpu_milli)
+                                                                   : 0;
+}
 
 class NodeIndex {
  public:
@@ -188,6 +204,15 @@ class NodeIndex {
   // How many replicas of `s` fit on node `n` now (free, unreserved capacity); a shape
   // with no GPUs, CPUs or memory fits without bound (2^30).
   int ReplicasFit(int n, const Shape& s) const;
+  // Thousandths of GPU position `g` of node `n` that one more share may take: what
+  // its shares leave, kWholeGpu when it is free, 0 when it is held whole or reserved.
+  int ShareRoom(int n, int g) const {
+    const int used = share_used_[static_cast<size_t>(gpu_base_[n] + g)];
+    if (used > 0) return std::max(0, kWholeGpu - used);
+    return (slots_[n].free_mask >> g & 1) != 0 ? kWholeGpu : 0;
+  }
+  // Thousandths in use by shares on that GPU (0: none).
+  int ShareUsed(int n, int g) const { return share_used_[static_cast<size_t>(gpu_base_[n] + g)]; }
   // Upper bound of replicas of `s` that fit in leaf `l` (from the histogram; ignores
   // CPU, memory and exclusions, so the real answer may be lower).
   int64_t LeafReplicaBound(int type, int leaf, int gpus) const;
@@ -223,10 +248,11 @@ class NodeIndex {
     return true;
   }
 
-  // Takes `count` GPUs (by position mask), CPUs and memory from node `n`.
-  void Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem);
+  // Takes the GPUs in `gpu_mask` (positions), CPUs and memory from node `n`; with
+  // `share` > 0, that share of the one GPU in `gpu_mask` instead of the whole GPU.
+  void Take(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem, int share = 0);
   // Gives back what Take took (for what-if searches that undo themselves).
-  void Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem);
+  void Release(int n, uint64_t gpu_mask, int64_t cpu, int64_t mem, int share = 0);
   // Marks free GPUs of node `n` reserved from time `from`; they stop counting as free.
   void Reserve(int n, uint64_t gpu_mask, Timestamp from);
 
@@ -264,6 +290,9 @@ class NodeIndex {
   template <typename Fn>
   void ForEachHolding(const RunningJob& job, Fn&& fn) const;
   void RefreshFree(int n);
+  // Adds `delta` thousandths to the shares in use on the one GPU of `gpu_mask` and
+  // frees or unfrees it to match; journaled during a pass.
+  void ChangeShare(int n, uint64_t gpu_mask, int delta);
   void Record(int n);  // saves node `n`'s state the first time a pass changes it
   size_t LeafKey(int type, int leaf) const {
     return static_cast<size_t>(type) * leaf_names_.size() + leaf;
@@ -308,6 +337,9 @@ class NodeIndex {
   std::vector<int32_t> gpu_base_;
   std::vector<uint16_t> gpu_holds_;
   std::vector<uint64_t> held_mask_;  // slot -> GPU positions with a hold
+  // Thousandths in use by shares, per GPU position: running jobs' and, during a
+  // pass, its own (undone by EndPass from share_journal_).
+  std::vector<int32_t> share_used_;
   std::vector<int64_t> cap_cpu_, cap_mem_, used_cpu_, used_mem_;
   std::vector<HeldGpus> held_;       // running jobs' replicas, in index terms
   std::vector<int32_t> held_start_;  // running job -> first entry in held_
@@ -323,6 +355,7 @@ class NodeIndex {
     int64_t free_cpu, free_mem;
   };
   std::vector<Saved> journal_;
+  std::vector<std::pair<int32_t, int32_t>> share_journal_;  // (GPU position, share before)
   std::vector<uint32_t> touched_;  // slot -> the pass number that last saved it
   uint32_t pass_ = 0;
   bool journaling_ = false;

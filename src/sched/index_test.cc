@@ -106,6 +106,10 @@ void ExpectSameState(const NodeIndex& kept, const NodeIndex& fresh, const std::s
     ASSERT_EQ(a.free_cpu, b.free_cpu) << when << ": node " << n;
     ASSERT_EQ(a.free_mem, b.free_mem) << when << ": node " << n;
     ASSERT_EQ(a.schedulable, b.schedulable) << when << ": node " << n;
+    for (int g = 0; g < a.gpu_count; ++g) {
+      ASSERT_EQ(kept.ShareUsed(n, g), fresh.ShareUsed(n, g))
+          << when << ": node " << n << " GPU " << g;
+    }
   }
   for (int t = -1; t < kept.TypeCount(); ++t) {
     ASSERT_EQ(kept.FreeGpus(t), fresh.FreeGpus(t)) << when << ": type " << t;
@@ -125,6 +129,7 @@ TEST(NodeIndexTest, KeptInStepItEqualsAFreshBuild) {
     c.nodes_per_leaf = 8;
     WorkloadShape w;
     w.pending = 0;
+    w.mix.gpu_share_fraction = seed % 2 == 0 ? 0.5 : 0;  // running shares of one GPU
     Snapshot snap = SyntheticSnapshot(c, w, seed);
     ASSERT_FALSE(snap.running.empty());
     NodeIndex kept(snap);
@@ -165,9 +170,21 @@ TEST(NodeIndexTest, KeptInStepItEqualsAFreshBuild) {
             const NodeSlot& s = kept.slot(n);
             const uint64_t mask =
                 rng() & ((s.gpu_count == 64 ? 0 : uint64_t{1} << s.gpu_count) - 1);
-            switch (rng() % 4) {
+            const int g = s.gpu_count > 0 ? static_cast<int>(rng() % s.gpu_count) : 0;
+            const int share = static_cast<int>(rng() % 9 + 1) * 100;
+            switch (rng() % 6) {
               case 0:
                 kept.Take(n, mask & s.free_mask, 1000, 1 << 20);
+                break;
+              case 4:  // a share of one GPU with room for it
+                if (s.gpu_count > 0 && kept.ShareRoom(n, g) >= share) {
+                  kept.Take(n, uint64_t{1} << g, 1000, 1 << 20, share);
+                }
+                break;
+              case 5:  // a share given back
+                if (s.gpu_count > 0 && kept.ShareUsed(n, g) >= share) {
+                  kept.Release(n, uint64_t{1} << g, 1000, 1 << 20, share);
+                }
                 break;
               case 1:
                 kept.Release(n, mask & ~s.free_mask & ~s.reserved_mask, 1000, 1 << 20);
@@ -206,6 +223,53 @@ Snapshot WithDomains(const std::vector<std::vector<std::string>>& per_node) {
     snap.nodes.push_back(std::move(n));
   }
   return snap;
+}
+
+// Shares of one GPU: running jobs' shares leave room for more; the GPU is free
+// (whole) only once every share on it is gone, in a pass or between passes.
+TEST(NodeIndexTest, SharesOfOneGpuLeaveRoomAndFreeItWhenAllAreGone) {
+  Snapshot snap = WithDomains({{"d0", "d0"}});
+  RunningJob a;
+  a.id = 1;
+  a.per_replica.gpus = 1;
+  a.per_replica.gpu_milli = 300;
+  a.replicas = {{"n0", {0}}};
+  RunningJob b = a;
+  b.id = 2;
+  b.per_replica.gpu_milli = 500;
+  snap.running = {a, b};
+  NodeIndex index(snap);
+  EXPECT_EQ(index.ShareUsed(0, 0), 800);
+  EXPECT_EQ(index.ShareRoom(0, 0), 200);
+  EXPECT_EQ(index.ShareRoom(0, 1), kWholeGpu);  // free
+  EXPECT_EQ(index.slot(0).free_mask, 0b10u);    // GPU 0 is not free while shared
+  Shape share;
+  share.gpus = 1;
+  share.share = 200;
+  EXPECT_EQ(index.ReplicasFit(0, share), 1 + 5);  // 200 left on GPU 0, 5 x 200 on GPU 1
+  share.share = 250;
+  EXPECT_EQ(index.ReplicasFit(0, share), 4);
+
+  index.BeginPass();
+  index.Take(0, 0b10, 0, 0, 600);  // a share of the free GPU takes it out of the free pool
+  EXPECT_EQ(index.slot(0).free_mask, 0u);
+  EXPECT_EQ(index.ShareRoom(0, 1), 400);
+  index.Release(0, 0b01, 0, 0, 300);  // what-if: job 1 ends; job 2 still shares GPU 0
+  EXPECT_EQ(index.slot(0).free_mask, 0u);
+  EXPECT_EQ(index.ShareRoom(0, 0), 500);
+  index.Release(0, 0b01, 0, 0, 500);  // and job 2: GPU 0 is whole again
+  EXPECT_EQ(index.slot(0).free_mask, 0b01u);
+  EXPECT_EQ(index.ShareRoom(0, 0), kWholeGpu);
+  index.EndPass();
+  ExpectSameState(index, NodeIndex(snap), "after the pass");
+
+  index.RunningRemoved(snap.running[0]);
+  snap.running.erase(snap.running.begin());
+  EXPECT_EQ(index.ShareRoom(0, 0), 500);
+  index.RunningRemoved(snap.running[0]);
+  snap.running.clear();
+  EXPECT_EQ(index.slot(0).free_mask, 0b11u);
+  ExpectSameState(index, NodeIndex(snap), "after both ended");
 }
 
 TEST(NodeIndexTest, SaysWhetherNvlinkDomainsSpanNodes) {

@@ -1,8 +1,10 @@
 #include "sched/placement.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <span>
+#include <tuple>
 
 namespace trainyard::sched {
 namespace {
@@ -92,6 +94,207 @@ void ForNodes(const NodeIndex& index, int type, std::span<const int> leaves, int
       if (index.AnyWithFree(type, f) && !visit(f)) return;
     }
   }
+}
+
+// Fragmentation of one node for the workload mix (FGD, "Beware of Fragmentation",
+// ATC'23): for each kind of job, the GPU capacity (thousandths) on the node that
+// kind could not use, weighted by how common the kind is. Kinds of another GPU type
+// are left out: they could use none of it whatever is placed, the same for every
+// choice. `rooms` holds each GPU's room (ShareRoom).
+double Fragmentation(const WorkloadMix& mix, int type, std::span<const int> rooms, int64_t cpu,
+                     int64_t mem) {
+  int total = 0;
+  int whole = 0;
+  for (int r : rooms) {
+    total += r;
+    whole += r == kWholeGpu ? 1 : 0;
+  }
+  if (total == 0) return 0;
+  double f = 0;
+  for (const WorkloadMix::Kind& k : mix.kinds) {
+    if (k.type >= 0 && k.type != type) continue;
+    int unusable = total;
+    if (k.cpu <= cpu && k.mem <= mem) {
+      if (k.milli < kWholeGpu) {
+        int small = 0;
+        bool fits = false;
+        for (int r : rooms) {
+          if (r >= k.milli) {
+            fits = true;
+          } else {
+            small += r;
+          }
+        }
+        if (fits) unusable = small;
+      } else if (whole >= k.milli / kWholeGpu) {
+        unusable = total - whole * kWholeGpu;  // shared GPUs' rooms
+      }
+    }
+    f += k.weight * unusable;
+  }
+  return f;
+}
+
+// Replicas that take a share of one GPU (Shape::share), placed one after another on
+// what the ones before them left.
+class ShareBuilder {
+ public:
+  ShareBuilder(const NodeIndex& index, const GangRequest& req, const PlacementStyle& style)
+      : index_(index), req_(req), style_(style) {}
+
+  // Places replicas on the nodes `in_scope` accepts until max_replicas or no room is
+  // left; the result when at least shape.replicas found room.
+  template <typename Scope>
+  std::optional<GangPlacement> Place(Scope&& in_scope) {
+    out_.replicas.clear();
+    type_ = req_.shape.type;
+    while (static_cast<int>(out_.replicas.size()) < req_.max_replicas) {
+      const auto [n, g] = Choose(in_scope);
+      if (n < 0) break;
+      type_ = index_.slot(n).type;  // a gang does not mix GPU types
+      out_.replicas.emplace_back(n, uint64_t{1} << g);
+    }
+    if (static_cast<int>(out_.replicas.size()) < req_.shape.replicas) return std::nullopt;
+    return std::move(out_);
+  }
+
+ private:
+  // Room left on GPU `g` of node `n` after this placement's replicas.
+  int Room(int n, int g) const {
+    int room = index_.ShareRoom(n, g);
+    for (const auto& [m, mask] : out_.replicas) {
+      if (m == n && (mask >> g & 1) != 0) room -= req_.shape.share;
+    }
+    return room;
+  }
+  // This placement's replicas on node `n`.
+  int64_t OnNode(int n) const {
+    int64_t count = 0;
+    for (const auto& r : out_.replicas) count += r.first == n ? 1 : 0;
+    return count;
+  }
+  bool NodeFits(int n) const {
+    const NodeSlot& s = index_.slot(n);
+    if (!s.schedulable || s.type < 0 || (type_ >= 0 && s.type != type_)) return false;
+    if (req_.shape.gpu_memory > s.gpu_memory || Excluded(req_, n)) return false;
+    const int64_t on_node = OnNode(n) + 1;  // with this replica
+    return s.free_cpu >= req_.shape.cpu * on_node && s.free_mem >= req_.shape.mem * on_node;
+  }
+  // (node, GPU position) for the next replica; node -1 when nothing has room.
+  //   first fit: the first node with room, its first GPU with room;
+  //   fragmentation: the GPU whose taking adds the least fragmentation for the mix,
+  //     then the tightest;
+  //   best fit: the shared GPU this replica fills the most, else a free GPU on the
+  //     node with the fewest free GPUs, so whole GPUs and whole nodes stay whole for
+  //     the jobs that need them.
+  template <typename Scope>
+  std::pair<int, int> Choose(Scope&& in_scope) const {
+    const int share = req_.shape.share;
+    std::pair<int, int> best{-1, -1};
+    std::pair<double, int> best_key{0, 0};
+    std::array<int, 64> rooms{};
+    for (int n = 0; n < index_.NodeCount(); ++n) {
+      if (!in_scope(n) || !NodeFits(n)) continue;
+      const NodeSlot& s = index_.slot(n);
+      int free = 0;
+      for (int g = 0; g < s.gpu_count; ++g) {
+        rooms[g] = Room(n, g);
+        free += rooms[g] == kWholeGpu ? 1 : 0;
+      }
+      const std::span<int> node_rooms(rooms.data(), static_cast<size_t>(s.gpu_count));
+      double before = 0;
+      int64_t cpu = 0, mem = 0;
+      if (style_.mix != nullptr) {
+        const int64_t on_node = OnNode(n);
+        cpu = s.free_cpu - req_.shape.cpu * on_node;
+        mem = s.free_mem - req_.shape.mem * on_node;
+        before = Fragmentation(*style_.mix, s.type, node_rooms, cpu, mem);
+      }
+      for (int g = 0; g < s.gpu_count; ++g) {
+        const int room = rooms[g];
+        if (room < share) continue;
+        if (!style_.best_fit) return {n, g};
+        std::pair<double, int> key;
+        if (style_.mix != nullptr) {
+          rooms[g] -= share;
+          key = {Fragmentation(*style_.mix, s.type, node_rooms, cpu - req_.shape.cpu,
+                               mem - req_.shape.mem) -
+                     before,
+                 room - share};
+          rooms[g] += share;
+        } else {
+          key = room < kWholeGpu ? std::pair<double, int>{0, room - share}
+                                 : std::pair<double, int>{1, free};
+        }
+        if (best.first < 0 || key < best_key) {
+          best_key = key;
+          best = {n, g};
+        }
+      }
+    }
+    return best;
+  }
+
+  const NodeIndex& index_;
+  const GangRequest& req_;
+  const PlacementStyle& style_;
+  int type_ = -1;
+  GangPlacement out_;
+};
+
+// A gang of shares: a same-node or same-NVLink constraint keeps its replicas on one
+// node (a share has one GPU: the node's domains hold it whole), same-leaf on one leaf;
+// each is tried in node or leaf order, and a soft one is dropped when it cannot be met.
+std::optional<GangPlacement> PlaceShares(const NodeIndex& index, const GangRequest& req,
+                                         const PlacementStyle& style) {
+  ShareBuilder b(index, req, style);
+  const TopologyConstraint c = req.topology.constraint;
+  if (c != TopologyConstraint::kNone && req.shape.replicas > 1) {
+    const bool node = c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink;
+    const int scopes = node ? index.NodeCount() : index.LeafCount();
+    for (int k = 0; k < scopes; ++k) {
+      auto p = b.Place([&](int n) { return node ? n == k : index.slot(n).leaf == k; });
+      if (p) return p;
+    }
+    if (req.topology.hard) return std::nullopt;
+  }
+  return b.Place([](int) { return true; });
+}
+
+// One replica of whole GPUs where taking them adds the least fragmentation for the
+// mix; ties to the node with the fewest free GPUs, then node order.
+std::optional<GangPlacement> PlaceOneByFragmentation(const NodeIndex& index, const GangRequest& req,
+                                                     int type, const WorkloadMix& mix) {
+  const Shape& shape = req.shape;
+  int best = -1;
+  uint64_t best_mask = 0;
+  std::pair<double, int> best_key{0, 0};
+  std::array<int, 64> rooms{};
+  for (int n = 0; n < index.NodeCount(); ++n) {
+    const NodeSlot& s = index.slot(n);
+    if (s.type != type || s.FreeGpus() < shape.gpus || Excluded(req, n) ||
+        index.ReplicasFit(n, shape) < 1) {
+      continue;
+    }
+    for (int g = 0; g < s.gpu_count; ++g) rooms[g] = index.ShareRoom(n, g);
+    const std::span<int> node_rooms(rooms.data(), static_cast<size_t>(s.gpu_count));
+    const double before = Fragmentation(mix, s.type, node_rooms, s.free_cpu, s.free_mem);
+    const uint64_t mask = PickGpus(s, s.free_mask, shape.gpus);
+    for (uint64_t m = mask; m != 0; m &= m - 1) rooms[__builtin_ctzll(m)] = 0;
+    const std::pair<double, int> key{
+        Fragmentation(mix, s.type, node_rooms, s.free_cpu - shape.cpu, s.free_mem - shape.mem) -
+            before,
+        s.FreeGpus()};
+    if (best < 0 || key < best_key) {
+      best = n;
+      best_mask = mask;
+      best_key = key;
+    }
+  }
+  if (best < 0) return std::nullopt;
+  GangPlacement p;
+  p.replicas.emplace_back(best, best_mask);
+  return p;
 }
 
 std::optional<GangPlacement> PlaceInLeaves(const NodeIndex& index, const GangRequest& req, int type,
@@ -228,6 +431,9 @@ std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangReque
     if (p || req.topology.hard) return p;
   }
   if (!style.best_fit) return PlaceFirstFit(index, req, type);
+  if (style.mix != nullptr && req.max_replicas == 1) {
+    return PlaceOneByFragmentation(index, req, type, *style.mix);
+  }
   const std::vector<int>& all = index.AllLeaves();
   if (!style.pack_topology || req.max_replicas == 1) return PlaceInLeaves(index, req, type, all);
   // One leaf if any can hold the gang; else the fewest leaves, fullest first.
@@ -281,8 +487,45 @@ std::optional<GangPlacement> PlaceCpuOnly(const NodeIndex& index, const GangRequ
 
 }  // namespace
 
+WorkloadMix MixOf(const NodeIndex& index) {
+  const Snapshot& snap = index.snapshot();
+  using Key = std::tuple<int16_t, int, int64_t, int64_t>;
+  std::map<Key, double> counts;
+  const std::string* last_type = nullptr;
+  int16_t type = -1;
+  auto add = [&](const Resources& r, int64_t replicas) {
+    if (r.gpus <= 0 || replicas <= 0) return;  // GPU fragmentation: GPU jobs only
+    if (last_type == nullptr || *last_type != r.gpu_type) {
+      last_type = &r.gpu_type;
+      type = r.gpu_type.empty() ? int16_t{-1} : index.TypeOf(r.gpu_type);
+    }
+    const int share = ShareOf(r);
+    const int milli =
+        share > 0 ? share : static_cast<int>(std::min<int64_t>(r.gpus, 64) * kWholeGpu);
+    counts[Key{type, milli, r.milli_cpus, r.memory_bytes}] += static_cast<double>(replicas);
+  };
+  for (const RunningJob& j : snap.running)
+    add(j.per_replica, static_cast<int64_t>(j.replicas.size()));
+  for (const PendingJob& j : snap.pending) add(j.per_replica, j.replicas);
+  std::vector<std::pair<double, Key>> by_count;
+  by_count.reserve(counts.size());
+  for (const auto& [key, count] : counts) by_count.emplace_back(count, key);
+  // The most common first; equal counts in key order, so the mix is deterministic.
+  std::stable_sort(by_count.begin(), by_count.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (by_count.size() > WorkloadMix::kMaxKinds) by_count.resize(WorkloadMix::kMaxKinds);
+  double total = 0;
+  for (const auto& [count, key] : by_count) total += count;
+  WorkloadMix mix;
+  for (const auto& [count, key] : by_count) {
+    const auto& [t, milli, cpu, mem] = key;
+    mix.kinds.push_back({t, milli, cpu, mem, count / total});
+  }
+  return mix;
+}
+
 bool MayFit(const NodeIndex& index, const GangRequest& req) {
-  if (req.shape.gpus <= 0) return true;
+  if (req.shape.gpus <= 0 || req.shape.share > 0) return true;  // shares: no cheap bound
   const bool one_leaf = req.topology.hard && req.topology.constraint != TopologyConstraint::kNone;
   for (int t = 0; t < index.TypeCount(); ++t) {
     if (req.shape.type >= 0 && t != req.shape.type) continue;
@@ -303,6 +546,7 @@ std::optional<GangPlacement> PlaceGang(const NodeIndex& index, const GangRequest
     return std::nullopt;
   }
   if (request.shape.gpus <= 0) return PlaceCpuOnly(index, request);
+  if (request.shape.share > 0) return PlaceShares(index, request, style);
   if (request.shape.gpus > 64) return std::nullopt;
   if (request.shape.type >= 0) return PlaceOfType(index, request, request.shape.type, style);
   // Any GPU type: one type per gang (mixing models slows every rank to the slowest);
@@ -318,11 +562,15 @@ std::optional<GangPlacement> PlaceGang(const NodeIndex& index, const GangRequest
 }
 
 void Commit(NodeIndex& index, const GangPlacement& placement, const Shape& shape) {
-  for (const auto& [n, mask] : placement.replicas) index.Take(n, mask, shape.cpu, shape.mem);
+  for (const auto& [n, mask] : placement.replicas) {
+    index.Take(n, mask, shape.cpu, shape.mem, shape.share);
+  }
 }
 
 void Uncommit(NodeIndex& index, const GangPlacement& placement, const Shape& shape) {
-  for (const auto& [n, mask] : placement.replicas) index.Release(n, mask, shape.cpu, shape.mem);
+  for (const auto& [n, mask] : placement.replicas) {
+    index.Release(n, mask, shape.cpu, shape.mem, shape.share);
+  }
 }
 
 std::vector<Placement> ToPlacements(const NodeIndex& index, const GangPlacement& placement) {

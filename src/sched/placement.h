@@ -10,6 +10,16 @@
 // Best fit leaves whole nodes whole for the gangs that need them; within a node,
 // a replica's GPUs come from one NVLink domain when one has room.
 //
+//   fragmentation  best fit, except that a single replica (or a share) goes where
+//                  it adds the least fragmentation for the workload mix: the GPU
+//                  capacity left on the node that the common kinds of jobs could
+//                  not use (FGD, ATC'23)
+//
+// Shares of one GPU (Shape::share): first fit takes the first GPU with room in node
+// order; best fit (and topology) fills the shared GPU left with the least room, then
+// takes a free GPU on the node with the fewest free GPUs, so shares do not scatter
+// over whole GPUs that multi-GPU jobs need (the fragmentation GPU sharing causes).
+//
 // Private to sched/. Thread-safety: none.
 #pragma once
 
@@ -24,9 +34,27 @@
 
 namespace trainyard::sched {
 
+// The kinds of replicas jobs ask for and how common each is (weights sum to 1), for
+// fragmentation-aware placement. MixOf takes them from the snapshot's running and
+// pending jobs, replicas counted, the most common kMaxKinds.
+struct WorkloadMix {
+  struct Kind {
+    int16_t type = -1;  // -1: any GPU type
+    int milli = 0;      // GPUs per replica in thousandths (a share is < kWholeGpu)
+    int64_t cpu = 0;
+    int64_t mem = 0;
+    double weight = 0;
+  };
+  static constexpr size_t kMaxKinds = 24;
+  std::vector<Kind> kinds;
+};
+WorkloadMix MixOf(const NodeIndex& index);
+
 struct PlacementStyle {
-  bool pack_topology = true;  // group a gang under few leaves
-  bool best_fit = true;       // false: first fit in node order
+  bool pack_topology = true;         // group a gang under few leaves
+  bool best_fit = true;              // false: first fit in node order
+  bool fragmentation = false;        // single replicas and shares: least added fragmentation
+  const WorkloadMix* mix = nullptr;  // set by the pass when `fragmentation`
 };
 
 struct GangRequest {

@@ -22,6 +22,7 @@ const Entry<PlacementStyle> kPlacements[] = {
     {"topology", TopologyPlacement},
     {"best-fit", BestFitPlacement},
     {"first-fit", FirstFitPlacement},
+    {"fragmentation", FragmentationPlacement},
 };
 std::unique_ptr<PreemptionCost> NoPreemption() { return nullptr; }
 const Entry<std::unique_ptr<PreemptionCost>> kCosts[] = {

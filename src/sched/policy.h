@@ -25,7 +25,7 @@ namespace trainyard::sched {
 
 struct Policy {
   std::string ordering = "priority";     // priority | fifo | las
-  std::string placement = "topology";    // topology | best-fit | first-fit
+  std::string placement = "topology";    // topology | best-fit | first-fit | fragmentation
   std::string preemption = "lost-work";  // lost-work | none
   bool backfill = true;                  // EASY backfill around reservations
   int reservations = 1;                  // blocked jobs that get a reservation per pass

@@ -294,11 +294,13 @@ std::optional<VictimSet> FindVictims(NodeIndex& index, const GangRequest& req,
       for (int v : chosen) {
         const RunningJob& job = snap.running[pool.running(v)];
         for (const auto* r = pool.replicas_begin(v); r != pool.replicas_end(v); ++r) {
+          const int share = ShareOf(job.per_replica);
           if (give) {
             index.Release(r->node, r->mask, job.per_replica.milli_cpus,
-                          job.per_replica.memory_bytes);
+                          job.per_replica.memory_bytes, share);
           } else {
-            index.Take(r->node, r->mask, job.per_replica.milli_cpus, job.per_replica.memory_bytes);
+            index.Take(r->node, r->mask, job.per_replica.milli_cpus, job.per_replica.memory_bytes,
+                       share);
           }
         }
       }

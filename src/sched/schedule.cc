@@ -56,6 +56,13 @@ std::string GpuCount(const NodeIndex& index, int64_t n, int type) {
   return std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
 }
 
+// What one replica of `s` asks for in GPUs: "2 H100", or "250/1000 of one V100".
+std::string ReplicaGpus(const NodeIndex& index, const Shape& s) {
+  if (s.share <= 0) return GpuCount(index, s.gpus, s.type);
+  return std::to_string(s.share) + "/1000 of one " +
+         (s.type >= 0 ? index.TypeName(s.type) : std::string("GPU"));
+}
+
 std::string TopologyText(const TopologySpec& t) {
   switch (t.constraint) {
     case TopologyConstraint::kSameNode:
@@ -95,6 +102,10 @@ class Pass {
     ordering_ = std::move(ordering).value();
     style_ = *style;
     cost_ = std::move(cost).value();
+    if (style_.fragmentation) {
+      mix_ = MixOf(index_);
+      style_.mix = &mix_;
+    }
   }
 
   Decisions Run() {
@@ -159,6 +170,7 @@ class Pass {
       GangRequest req;
       Shape& s = req.shape;
       s.gpus = static_cast<int>(std::min<int64_t>(job.per_replica.gpus, 1 << 20));
+      s.share = ShareOf(job.per_replica);
       s.cpu = job.per_replica.milli_cpus;
       s.mem = job.per_replica.memory_bytes;
       s.gpu_memory = job.per_replica.gpu_memory_bytes;
@@ -334,9 +346,11 @@ class Pass {
     const Shape& s = ShapeReq(c).shape;
     return Key{{s.type, s.replicas, TopologyCode(ShapeReq(c).topology)}};
   }
+  // GPUs in thousandths: a share that found no room means no free GPU either, so
+  // a whole-GPU shape with no smaller other needs cannot fit; the converse is false.
   std::array<int64_t, 4> Needs(const JobCtx& c) const {
     const Shape& s = ShapeReq(c).shape;
-    return {s.gpus, s.cpu, s.mem, s.gpu_memory};
+    return {s.share > 0 ? s.share : SaturatingMul(s.gpus, kWholeGpu), s.cpu, s.mem, s.gpu_memory};
   }
   using NeedsCache = std::unordered_map<Key, std::vector<std::array<int64_t, 4>>, KeyHash>;
   static bool Dominated(const NeedsCache& cache, const Key& key,
@@ -390,6 +404,9 @@ class Pass {
       const RunningJob& v = snap_.running[i];
       if (!v.preemptible && !v.preempting) continue;
       if (!v.preempting && snap_.now - v.start_time < policy_.min_runtime) continue;
+      // The victim search counts whole GPUs freed; a share frees its GPU only with
+      // the other shares on it, which the search does not model.
+      if (ShareOf(v.per_replica) > 0) continue;
       preemptible_.push_back(static_cast<int>(i));
     }
     std::stable_sort(preemptible_.begin(), preemptible_.end(), [&](int a, int b) {
@@ -599,10 +616,10 @@ class Pass {
             std::to_string(s.replicas) + " replica(s) of " + Describe(c.job->per_replica);
       } else {
         if (s.replicas > 1) {
-          info.wait_head += std::to_string(s.replicas) + " x " + GpuCount(index_, s.gpus, s.type) +
-                            " (" + std::to_string(c.gpus) + " in all)";
+          info.wait_head += std::to_string(s.replicas) + " x " + ReplicaGpus(index_, s);
+          if (s.share == 0) info.wait_head += " (" + std::to_string(c.gpus) + " in all)";
         } else {
-          info.wait_head += GpuCount(index_, s.gpus, s.type);
+          info.wait_head += ReplicaGpus(index_, s);
         }
         info.wait_head += TopologyText(ShapeReq(c).topology);
         if (s.cpu > 0 || s.mem > 0)
@@ -757,8 +774,7 @@ class Pass {
     }
     std::string why;
     if (!ok) {
-      const std::string what =
-          s.gpus > 0 ? GpuCount(index_, s.gpus, s.type) : Describe(job.per_replica);
+      const std::string what = s.gpus > 0 ? ReplicaGpus(index_, s) : Describe(job.per_replica);
       const std::string excluding =
           c.excl_count == 0
               ? ""
@@ -828,7 +844,7 @@ class Pass {
   int InternShape(const GangRequest& req) {
     const Shape& s = req.shape;
     const Key key{{s.type, s.gpus, s.cpu, s.mem, s.gpu_memory, s.replicas, req.max_replicas,
-                   TopologyCode(req.topology)}};
+                   TopologyCode(req.topology), s.share}};
     // Open addressing over shape ids: one table, no allocation per shape.
     if ((shapes_.size() + 1) * 2 > shape_slots_.size()) {
       std::vector<int32_t> old(std::max<size_t>(1024, shape_slots_.size() * 2), -1);
@@ -886,6 +902,7 @@ class Pass {
   QuotaState quota_;
   std::unique_ptr<Ordering> ordering_;
   PlacementStyle style_;
+  WorkloadMix mix_;  // for fragmentation-aware placement only
   std::unique_ptr<PreemptionCost> cost_;
   Decisions out_;
   std::vector<PassBind> bound_;  // gangs bound so far in this pass

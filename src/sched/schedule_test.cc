@@ -149,6 +149,7 @@ TEST(ScheduleTest, AKeptSnapshotIndexDecidesAsAFreshPass) {
     WorkloadShape w;
     w.pending = 150;
     w.define_queues = seed % 2 == 0;
+    w.mix.gpu_share_fraction = seed % 3 == 0 ? 0.4 : 0;  // shares of one GPU
     Snapshot snap = SyntheticSnapshot(c, w, seed);
     SnapshotIndex kept(snap);
     std::mt19937_64 rng(seed);
@@ -197,6 +198,53 @@ TEST(ScheduleTest, AKeptSnapshotIndexDecidesAsAFreshPass) {
       }
       snap.now += minutes(10);
     }
+  }
+}
+
+// GPU sharing: shares fill a GPU before another is taken (best fit) so that whole
+// GPUs stay whole; a whole-GPU job never lands on a shared GPU; a share that finds
+// no room waits, saying what it asks for.
+TEST(ScheduleTest, SharesOfOneGpuPackAndLeaveWholeGpusWhole) {
+  Snapshot s;
+  s.now = T(100);
+  s.nodes.push_back(MakeNode("n0", 2));
+  RunningJob r;
+  r.id = 1;
+  r.tenant = r.queue = "default";
+  r.per_replica.gpus = 1;
+  r.per_replica.gpu_milli = 600;
+  r.replicas = {{"n0", {1}}};
+  r.start_time = T(0);
+  s.running.push_back(r);
+  auto share = [](JobId id, int milli) {
+    PendingJob j = Pending(id, 1, 1, id);
+    j.per_replica.gpu_milli = milli;
+    return j;
+  };
+  s.pending = {share(2, 400), share(3, 500), Pending(4, 1, 1, 4), share(5, 600)};
+  for (const char* placement : {"topology", "best-fit", "fragmentation", "first-fit"}) {
+    Policy p;
+    p.placement = placement;
+    p.preemption = "none";
+    Decisions d = Schedule(s, p);
+    ASSERT_EQ(d.binds.size(), 2u) << placement;
+    EXPECT_EQ(d.binds[0].job, 2) << placement;
+    EXPECT_EQ(d.binds[1].job, 3) << placement;
+    if (std::string(placement) == "first-fit") {
+      // The first GPU with room, free or not: both shares on GPU 0, 100 + 400 left.
+      EXPECT_EQ(d.binds[0].replicas[0].gpus, std::vector<int>{0});
+      EXPECT_EQ(d.binds[1].replicas[0].gpus, std::vector<int>{0});
+    } else {
+      // Job 2 fills shared GPU 1 exactly; job 3 then needs GPU 0.
+      EXPECT_EQ(d.binds[0].replicas[0].gpus, std::vector<int>{1}) << placement;
+      EXPECT_EQ(d.binds[1].replicas[0].gpus, std::vector<int>{0}) << placement;
+    }
+    // The whole-GPU job does not land on a shared GPU; the 600 share finds no room.
+    ASSERT_EQ(d.waiting.size(), 2u) << placement;
+    EXPECT_EQ(d.waiting[0].job, 4) << placement;
+    EXPECT_EQ(d.waiting[1].job, 5) << placement;
+    EXPECT_THAT(d.waiting[1].reason.str(), HasSubstr("waiting for 600/1000 of one GPU"))
+        << placement;
   }
 }
 

@@ -105,6 +105,9 @@ JobBody DrawJobBody(const JobMix& mix, const ClusterShape& cluster, std::mt19937
     b.replicas = static_cast<int32_t>((total + per - 1) / per);
     b.min_replicas = b.replicas;
     b.per_replica.gpus = per;
+    if (per == 1 && mix.gpu_share_fraction > 0 && DrawChance(rng, mix.gpu_share_fraction)) {
+      b.per_replica.gpu_milli = DrawBetween(rng, 1, 9) * 100;
+    }
     const double node_share = static_cast<double>(per) / per_node;
     // Most jobs take a round share of the node per GPU (the defaults of their
     // launcher); some ask for exactly what they want.

@@ -84,6 +84,7 @@ struct JobMix {
                                                {32, 5}, {64, 3.5}, {128, 2}, {256, 1}, {512, 0.5}};
   int max_gpus = 512;                // sizes above this are not drawn
   double cpu_only_fraction = 0;      // replicas with no GPU (preprocessing, evaluation)
+  double gpu_share_fraction = 0;     // 1-GPU replicas that ask for a share (100..900/1000)
   double typed_fraction = 0.6;       // asks for a GPU model of the cluster
   double unknown_type_fraction = 0;  // asks for a model the cluster does not have
   double gpu_memory_fraction = 0.1;  // asks for at least 80 GiB per GPU
