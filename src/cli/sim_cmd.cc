@@ -206,6 +206,7 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
   base.pressure_priority = options.pressure_priority;
   base.pressure_queue = options.pressure_queue;
   base.time_limit_factor = options.time_limit_factor;
+  base.gpu_sharing = options.gpu_sharing;
   struct DurationFlag {
     const char* flag;
     const std::string* text;
@@ -226,6 +227,10 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
   if (!trace.ok()) return fail(trace.status());
   auto cluster = LoadCluster(options.cluster, options.trace);
   if (!cluster.ok()) return fail(cluster.status());
+  if (options.node_fraction != 1.0) {
+    cluster = sim::ThinCluster(std::move(*cluster), options.node_fraction);
+    if (!cluster.ok()) return fail(cluster.status());
+  }
   for (const auto& w : trace->warnings) err << "warning: " << w << "\n";
 
   const bool bar = options.progress && isatty(STDERR_FILENO);
@@ -261,8 +266,9 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
     if (auto slash = source.rfind('/'); slash != std::string::npos) {
       source = source.substr(0, source.find(':') + 1) + source.substr(slash + 1);
     }
-    out << source << ": " << trace->jobs.size() << " jobs on " << cluster->nodes.size()
-        << " nodes, load factor " << options.load_factor << "\n";
+    out << source << ": " << trace->jobs.size() << " jobs on " << cluster->nodes.size() << " nodes";
+    if (options.node_fraction != 1.0) out << " (node fraction " << options.node_fraction << ")";
+    out << ", load factor " << options.load_factor << "\n";
     out << sim::RenderTable(rows);
   }
   // What the run itself cost goes to standard error, so that standard output is the
@@ -304,6 +310,10 @@ void AddSimCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostrea
   cmd->add_option("--load-factor", o->load_factor,
                   "Divide inter-arrival times by X (X > 1: more contention on the same cluster)")
       ->capture_default_str();
+  cmd->add_option("--node-fraction", o->node_fraction,
+                  "Keep this fraction (0 < F <= 1) of the cluster's nodes, evenly over each\n"
+                  "kind of node (more contention for the same arrivals)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output format")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
@@ -337,6 +347,8 @@ void AddSimCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostrea
       ->capture_default_str();
   cmd->add_option("--restart-overhead", o->restart_overhead, "Per restart after an interruption")
       ->capture_default_str();
+  cmd->add_flag("!--no-gpu-sharing", o->gpu_sharing,
+                "Give a job that asks for a share of one GPU (gpu_milli) a whole GPU");
   cmd->add_flag("!--no-progress", o->progress, "No progress bar");
   cmd->callback([o, &exit_code, &out, &err] { exit_code = RunSim(*o, out, err); });
 }

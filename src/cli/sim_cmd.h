@@ -25,6 +25,7 @@ struct SimCommandOptions {
   std::string cluster;
   std::string policies = "trainyard";
   double load_factor = 1.0;
+  double node_fraction = 1.0;    // keep this share of the cluster's nodes (ThinCluster)
   std::string output = "table";  // table | json
   std::string report_dir;
   uint64_t seed = 1;
@@ -39,7 +40,8 @@ struct SimCommandOptions {
   std::string schedule_interval = "10s";
   std::string preempt_grace = "60s";
   std::string restart_overhead = "1m";
-  bool progress = true;  // a progress bar when standard error is a terminal
+  bool gpu_sharing = true;  // shares of one GPU as the trace asks; false: whole GPUs
+  bool progress = true;     // a progress bar when standard error is a terminal
 };
 
 int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& err);

@@ -1,6 +1,9 @@
 #include "sim/cluster.h"
 
+#include <cmath>
+#include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "core/job_spec.h"
 #include "core/names.h"
@@ -245,6 +248,31 @@ Result<ClusterSpec> SyntheticCluster(int32_t nodes, int32_t gpus_per_node,
     PlaceInLeaf(node, static_cast<size_t>(i), nodes_per_leaf);
     cluster.nodes.push_back(std::move(node));
   }
+  return cluster;
+}
+
+Result<ClusterSpec> ThinCluster(ClusterSpec cluster, double fraction) {
+  if (!(fraction > 0 && fraction <= 1)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", fraction);
+    return InvalidArgument(
+        std::string("--node-fraction: must be greater than 0 and at most 1, got ") + text);
+  }
+  using Kind = std::tuple<std::string, size_t, int64_t, int64_t>;
+  std::map<Kind, int64_t> seen;  // nodes of each kind so far
+  std::vector<Node> kept;
+  for (Node& n : cluster.nodes) {
+    const Kind kind{n.gpus.empty() ? "" : n.gpus.front().model, n.gpus.size(), n.milli_cpus,
+                    n.memory_bytes};
+    const int64_t k = seen[kind]++;
+    // Node k of its kind is kept when it takes the kept count of the kind past an
+    // integer: floor((k + 1) f) > floor(k f).
+    if (std::floor(static_cast<double>(k + 1) * fraction) >
+        std::floor(static_cast<double>(k) * fraction)) {
+      kept.push_back(std::move(n));
+    }
+  }
+  cluster.nodes = std::move(kept);
   return cluster;
 }
 

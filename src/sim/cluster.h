@@ -64,4 +64,10 @@ Result<ClusterSpec> SyntheticCluster(int32_t nodes, int32_t gpus_per_node,
                                      std::string_view gpu_type,
                                      int32_t nodes_per_leaf = kNodesPerLeaf);
 
+// Keeps `fraction` (0 < fraction <= 1) of the cluster's nodes, spread evenly over
+// each kind of node (GPU model and count, CPUs, memory) in listed order, so that the
+// smaller cluster has the same mix: a way to replay a light trace under contention
+// without changing its arrivals. Queues and priority classes are kept as they are.
+Result<ClusterSpec> ThinCluster(ClusterSpec cluster, double fraction);
+
 }  // namespace trainyard::sim

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -298,6 +299,33 @@ TEST(SyntheticClusterTest, UniformNodesInLeaves) {
   EXPECT_EQ(Error(SyntheticCluster(4, 8, "")),
             "gpu_type: required when gpus_per_node > 0 (e.g. H100)");
   EXPECT_EQ(Error(SyntheticCluster(4, 8, "H100", 0)), "nodes_per_leaf: must be >= 1, got 0");
+}
+
+// Thinning keeps the mix: every kind of node keeps about the same fraction.
+TEST(ThinClusterTest, KeepsAFractionOfEachKindOfNode) {
+  ClusterSpec c;
+  for (int i = 0; i < 30; ++i) {
+    Node n;
+    n.name = "n" + std::to_string(i);
+    const int gpus = i % 3 == 0 ? 4 : 8;  // 10 nodes of 4 GPUs, 20 of 8
+    for (int g = 0; g < gpus; ++g) n.gpus.push_back(Gpu{g, "", "V100", 16 * kGiB, ""});
+    c.nodes.push_back(std::move(n));
+  }
+  auto half = ThinCluster(c, 0.5);
+  ASSERT_TRUE(half.ok()) << half.status().ToString();
+  int four = 0, eight = 0;
+  for (const Node& n : half->nodes) (n.gpus.size() == 4 ? four : eight) += 1;
+  EXPECT_EQ(four, 5);
+  EXPECT_EQ(eight, 10);
+  auto all = ThinCluster(c, 1.0);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->nodes.size(), 30u);
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+    auto r = ThinCluster(c, bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()),
+                ::testing::HasSubstr("--node-fraction: must be greater than 0 and at most 1"));
+  }
 }
 
 }  // namespace

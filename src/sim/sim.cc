@@ -47,6 +47,8 @@ std::vector<PolicyEntry> Policies() {
   best_fit.placement = "best-fit";
   sched::Policy first_fit;
   first_fit.placement = "first-fit";
+  sched::Policy fragmentation;
+  fragmentation.placement = "fragmentation";
   sched::Policy short_first;
   short_first.ordering = "short-first";
   return {
@@ -56,6 +58,7 @@ std::vector<PolicyEntry> Policies() {
       {"trainyard-las", Mode::kLas, las},
       {"best-fit", Mode::kGang, best_fit},
       {"first-fit", Mode::kGang, first_fit},
+      {"fragmentation", Mode::kGang, fragmentation},
       {"trainyard-short", Mode::kGang, short_first},
   };
 }
@@ -82,7 +85,8 @@ struct SimJob {
   JobId id = 0;
   JobState state = JobState::kFuture;
   Duration submit{0};
-  int64_t gpus = 0;  // per replica
+  int64_t gpus = 0;   // per replica
+  int32_t share = 0;  // 1..999: per replica, thousandths of its one GPU; 0: whole GPUs
   int32_t priority = 0;
   bool preemptible = true;
   Duration checkpoint_interval{0};
@@ -205,6 +209,9 @@ class Simulator {
       j.id = static_cast<JobId>(i + 1);
       j.submit = Duration(static_cast<int64_t>(static_cast<double>(t.submit.count()) / lf));
       j.gpus = t.gpus_per_replica > 0 ? t.gpus_per_replica : (t.gpu_milli > 0 ? 1 : 0);
+      if (opt_.gpu_sharing && j.gpus == 1 && t.gpu_milli > 0 && t.gpu_milli < sched::kWholeGpu) {
+        j.share = t.gpu_milli;
+      }
       auto pc = classes.find(t.priority_class);
       j.priority = pc != classes.end() ? pc->second.value : 100;
       j.preemptible = pc != classes.end() ? pc->second.preemptible : true;
@@ -246,10 +253,10 @@ class Simulator {
     if (to < now_) to = now_;
     const double dt = Seconds(to - now_);
     if (dt > 0) {
-      const double allocated = static_cast<double>(allocated_gpus_);
+      const double allocated = static_cast<double>(allocated_milli_) / sched::kWholeGpu;
       allocated_gpu_s_ += allocated * dt;
       if (pending_count_ > 0) {
-        idle_waiting_gpu_s_ += static_cast<double>(ready_gpus() - allocated_gpus_) * dt;
+        idle_waiting_gpu_s_ += (static_cast<double>(ready_gpus()) - allocated) * dt;
       }
       while (next_sample_ <= to) {
         series_.push_back({next_sample_,
@@ -296,6 +303,7 @@ class Simulator {
     p.replicas = replicas;
     p.min_replicas = replicas;
     p.per_replica.gpus = j.gpus;
+    p.per_replica.gpu_milli = j.share;
     p.per_replica.gpu_type = t.gpu_type;
     p.per_replica.milli_cpus = t.milli_cpus;
     p.per_replica.memory_bytes = t.memory_bytes;
@@ -370,8 +378,9 @@ class Simulator {
   void InsertRunning(sched::RunningJob r, size_t job) {
     running_pos_[r.id] = snap_.running.size();
     running_owner_[r.id] = job;
+    const int weight = GpuWeight(r.per_replica);
     for (const auto& p : r.replicas) {
-      allocated_gpus_ += static_cast<int64_t>(p.gpus.size());
+      allocated_milli_ += static_cast<int64_t>(p.gpus.size()) * weight;
       auto n = node_index_.find(p.node);
       if (n != node_index_.end()) node_jobs_[n->second].push_back(r.id);
     }
@@ -384,8 +393,9 @@ class Simulator {
     if (it == running_pos_.end()) return;
     size_t pos = it->second;
     if (kept_) kept_->RunningRemoved(snap_.running[pos]);
+    const int weight = GpuWeight(snap_.running[pos].per_replica);
     for (const auto& p : snap_.running[pos].replicas) {
-      allocated_gpus_ -= static_cast<int64_t>(p.gpus.size());
+      allocated_milli_ -= static_cast<int64_t>(p.gpus.size()) * weight;
       auto n = node_index_.find(p.node);
       if (n != node_index_.end()) {
         auto& v = node_jobs_[n->second];
@@ -436,6 +446,7 @@ class Simulator {
     r.priority = entry_.mode == Mode::kLas ? LasPriority(Attained(j)) : j.priority;
     r.preemptible = j.preemptible;
     r.per_replica.gpus = j.gpus;
+    r.per_replica.gpu_milli = j.share;
     r.per_replica.gpu_type = j.trace->gpu_type;
     r.per_replica.milli_cpus = j.trace->milli_cpus;
     r.per_replica.memory_bytes = j.trace->memory_bytes;
@@ -465,28 +476,38 @@ class Simulator {
   Duration Attained(const SimJob& j) const {
     return Duration(Progress(j).count() * std::max<int64_t>(j.gpus * j.trace->replicas, 1));
   }
-  int64_t JobGpus(const SimJob& j) const {
-    int64_t g = 0;
-    for (const auto& p : j.placements) g += static_cast<int64_t>(p.gpus.size());
-    return g;
+  // Thousandths of a GPU one placed GPU of `r` counts for: its share, or all of it.
+  static int GpuWeight(const Resources& r) {
+    const int share = sched::ShareOf(r);
+    return share > 0 ? share : sched::kWholeGpu;
+  }
+  // `d` on `placement`'s GPUs as GPU-time: shares count for their part of a GPU.
+  Duration GpuTime(const SimJob& j, const sched::Placement& placement, Duration d) const {
+    const int64_t milli =
+        static_cast<int64_t>(placement.gpus.size()) * (j.share > 0 ? j.share : sched::kWholeGpu);
+    return Duration(d.count() * milli / sched::kWholeGpu);
+  }
+  Duration GpuTime(const SimJob& j, Duration d) const {
+    Duration sum{0};
+    for (const auto& p : j.placements) sum += GpuTime(j, p, d);
+    return sum;
   }
 
   // Ends the running attempt: done, or interrupted (back to pending).
   void EndAttempt(size_t i, bool done, bool failure) {
     SimJob& j = jobs_[i];
-    const int64_t gpus = JobGpus(j);
     --running_jobs_;
     const Duration held = now_ - j.attempt_start;
-    j.record.run_gpu_time += Duration(held.count() * gpus);
+    j.record.run_gpu_time += GpuTime(j, held);
     if (done) {
-      j.record.useful_gpu_time += Duration((j.trace->duration - j.saved).count() * gpus);
+      j.record.useful_gpu_time += GpuTime(j, j.trace->duration - j.saved);
       j.saved = j.trace->duration;
       j.state = JobState::kDone;
       j.record.end = now_;
     } else {
       const Duration kept = LastCheckpointProgress(j);
-      j.record.useful_gpu_time += Duration((kept - j.saved).count() * gpus);
-      j.record.lost_work += Duration((Progress(j) - kept).count() * gpus);
+      j.record.useful_gpu_time += GpuTime(j, kept - j.saved);
+      j.record.lost_work += GpuTime(j, Progress(j) - kept);
       j.saved = kept;
       (failure ? j.record.failures : j.record.preemptions) += 1;
       if (!failure) ++preemptions_;
@@ -569,8 +590,7 @@ class Simulator {
   void ReleasePods(size_t i) {
     SimJob& j = jobs_[i];
     for (const auto& pod : j.pods) {
-      j.record.held_idle_gpu_time +=
-          Duration((now_ - pod.since).count() * static_cast<int64_t>(pod.placement.gpus.size()));
+      j.record.held_idle_gpu_time += GpuTime(j, pod.placement, now_ - pod.since);
       RemoveRunning(pod.id);
     }
     j.pods.clear();
@@ -646,6 +666,8 @@ class Simulator {
       r.priority = j.priority;
       r.preemptible = false;
       r.per_replica.gpus = j.gpus;
+      r.per_replica.gpu_milli = j.share;
+      r.per_replica.gpu_type = j.trace->gpu_type;
       r.per_replica.milli_cpus = j.trace->milli_cpus;
       r.per_replica.memory_bytes = j.trace->memory_bytes;
       r.replicas = {placement};
@@ -656,8 +678,7 @@ class Simulator {
     if (static_cast<int>(j.pods.size()) == j.trace->replicas) {
       std::vector<sched::Placement> all;
       for (const auto& pod : j.pods) {
-        j.record.held_idle_gpu_time +=
-            Duration((now_ - pod.since).count() * static_cast<int64_t>(pod.placement.gpus.size()));
+        j.record.held_idle_gpu_time += GpuTime(j, pod.placement, now_ - pod.since);
         all.push_back(pod.placement);
       }
       Start(i, all);
@@ -707,8 +728,7 @@ class Simulator {
     for (SimJob& j : jobs_) {
       // A k8s-default job still holding pods at the end held them idle until now.
       for (const auto& pod : j.pods) {
-        j.record.held_idle_gpu_time +=
-            Duration((now_ - pod.since).count() * static_cast<int64_t>(pod.placement.gpus.size()));
+        j.record.held_idle_gpu_time += GpuTime(j, pod.placement, now_ - pod.since);
       }
       const JobRecord& r = j.record;
       if (r.end.count() >= 0) {
@@ -814,9 +834,9 @@ class Simulator {
 
   int64_t total_gpus_ = 0;
   int64_t down_gpus_ = 0;
-  int64_t allocated_gpus_ = 0;
-  int64_t pending_count_ = 0;  // jobs (not pods) waiting
-  int64_t running_jobs_ = 0;   // started and not yet ended
+  int64_t allocated_milli_ = 0;  // thousandths of GPUs
+  int64_t pending_count_ = 0;    // jobs (not pods) waiting
+  int64_t running_jobs_ = 0;     // started and not yet ended
   double allocated_gpu_s_ = 0;
   double idle_waiting_gpu_s_ = 0;
   int64_t preemptions_ = 0;

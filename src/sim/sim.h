@@ -68,6 +68,10 @@ struct SimOptions {
   // stopped at its limit, so values below 1 are refused.
   double time_limit_factor = 0;
   Duration sample_interval{0};  // time series resolution; 0: automatic
+  // Jobs that ask for a share of one GPU (the Alibaba trace's gpu_milli, the CSV
+  // format's gpu_milli) get that share, and other shares may use the rest of the GPU;
+  // false: each gets a whole GPU (no GPU sharing).
+  bool gpu_sharing = true;
   // Keep the scheduler's view of nodes and running jobs from pass to pass
   // (sched::SnapshotIndex) instead of deriving it in every pass. Results are the same
   // either way (tested); only the time differs.

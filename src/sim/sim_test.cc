@@ -275,6 +275,31 @@ TEST(SimTest, RejectsBadPressureOptions) {
               ::testing::HasSubstr("--pressure-queue: must be TENANT/QUEUE, got \"nobody\""));
 }
 
+// Two jobs that each ask for half of one GPU run side by side with GPU sharing and
+// count for half a GPU each; without it they take turns on whole GPUs.
+TEST(SimTest, SharesOfOneGpuRunTogetherAndCountForTheirShare) {
+  ClusterSpec c = Cluster(1, 1);
+  Trace t;
+  for (int i = 0; i < 2; ++i) {
+    TraceJob j = Job("half-" + std::to_string(i), seconds(0), 1, 1, hours(1));
+    j.gpu_milli = 500;
+    t.jobs.push_back(j);
+  }
+  for (const char* policy : {"trainyard", "first-fit", "fragmentation", "k8s-default"}) {
+    SimOptions o;
+    o.policy = policy;
+    auto shared = Simulate(t, c, o);
+    ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+    EXPECT_EQ(shared->summary.completed, 2) << policy;
+    EXPECT_NEAR(shared->summary.makespan_s, 3600, 60) << policy;  // side by side
+    EXPECT_NEAR(shared->summary.gpu_util, 1.0, 0.02) << policy;   // 2 x 1/2 GPU for 1 h
+    o.gpu_sharing = false;
+    auto whole = Simulate(t, c, o);
+    ASSERT_TRUE(whole.ok());
+    EXPECT_NEAR(whole->summary.makespan_s, 7200, 60) << policy;  // one after the other
+  }
+}
+
 TEST(SimTest, RejectsBadOptions) {
   SimOptions o;
   o.policy = "trainyrd";
