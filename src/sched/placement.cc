@@ -139,15 +139,16 @@ double Fragmentation(const WorkloadMix& mix, int type, std::span<const int> room
 // what the ones before them left.
 class ShareBuilder {
  public:
-  ShareBuilder(const NodeIndex& index, const GangRequest& req, const PlacementStyle& style)
-      : index_(index), req_(req), style_(style) {}
+  ShareBuilder(const NodeIndex& index, const GangRequest& req, const PlacementStyle& style,
+               int type)
+      : index_(index), req_(req), style_(style), type_of_request_(type) {}
 
   // Places replicas on the nodes `in_scope` accepts until max_replicas or no room is
   // left; the result when at least shape.replicas found room.
   template <typename Scope>
   std::optional<GangPlacement> Place(Scope&& in_scope) {
     out_.replicas.clear();
-    type_ = req_.shape.type;
+    type_ = type_of_request_;
     while (static_cast<int>(out_.replicas.size()) < req_.max_replicas) {
       const auto [n, g] = Choose(in_scope);
       if (n < 0) break;
@@ -238,16 +239,18 @@ class ShareBuilder {
   const NodeIndex& index_;
   const GangRequest& req_;
   const PlacementStyle& style_;
-  int type_ = -1;
+  const int type_of_request_;  // -1: any
+  int type_ = -1;              // of this placement's GPUs, once it has one
   GangPlacement out_;
 };
 
-// A gang of shares: a same-node or same-NVLink constraint keeps its replicas on one
-// node (a share has one GPU: the node's domains hold it whole), same-leaf on one leaf;
-// each is tried in node or leaf order, and a soft one is dropped when it cannot be met.
+// A gang of shares on GPUs of `type` (-1: any one type): a same-node or same-NVLink constraint
+// keeps its replicas on one node (a share has one GPU: the node's domains hold it whole), same-leaf
+// on one leaf; each is tried in node or leaf order, and a soft one is dropped when it cannot be
+// met.
 std::optional<GangPlacement> PlaceShares(const NodeIndex& index, const GangRequest& req,
-                                         const PlacementStyle& style) {
-  ShareBuilder b(index, req, style);
+                                         const PlacementStyle& style, int type) {
+  ShareBuilder b(index, req, style, type);
   const TopologyConstraint c = req.topology.constraint;
   if (c != TopologyConstraint::kNone && req.shape.replicas > 1) {
     const bool node = c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink;
@@ -502,7 +505,10 @@ WorkloadMix MixOf(const NodeIndex& index) {
     const int share = ShareOf(r);
     const int milli =
         share > 0 ? share : static_cast<int>(std::min<int64_t>(r.gpus, 64) * kWholeGpu);
-    counts[Key{type, milli, r.milli_cpus, r.memory_bytes}] += static_cast<double>(replicas);
+    // Weighted by the GPU capacity the kind asks for, not by its count: a node's
+    // worth is the capacity it can give, and an 8-GPU job needs eight times what a
+    // 1-GPU job needs (FGD weights by count).
+    counts[Key{type, milli, r.milli_cpus, r.memory_bytes}] += static_cast<double>(replicas) * milli;
   };
   for (const RunningJob& j : snap.running)
     add(j.per_replica, static_cast<int64_t>(j.replicas.size()));
@@ -546,8 +552,11 @@ std::optional<GangPlacement> PlaceGang(const NodeIndex& index, const GangRequest
     return std::nullopt;
   }
   if (request.shape.gpus <= 0) return PlaceCpuOnly(index, request);
-  if (request.shape.share > 0) return PlaceShares(index, request, style);
   if (request.shape.gpus > 64) return std::nullopt;
+  // Shares: one walk over the nodes of every allowed type, so that a share fills the
+  // best shared GPU of any type (trying the smallest pools first left more GPUs idle on
+  // the Alibaba trace, docs/simulator.md).
+  if (request.shape.share > 0) return PlaceShares(index, request, style, request.shape.type);
   if (request.shape.type >= 0) return PlaceOfType(index, request, request.shape.type, style);
   // Any GPU type: one type per gang (mixing models slows every rank to the slowest);
   // try the types with the least free capacity first, keeping big pools whole.

@@ -34,9 +34,9 @@
 
 namespace trainyard::sched {
 
-// The kinds of replicas jobs ask for and how common each is (weights sum to 1), for
-// fragmentation-aware placement. MixOf takes them from the snapshot's running and
-// pending jobs, replicas counted, the most common kMaxKinds.
+// The kinds of replicas jobs ask for and their part of the GPU capacity asked for
+// (weights sum to 1), for fragmentation-aware placement. MixOf takes them from the
+// snapshot's running and pending jobs, replicas counted, the largest kMaxKinds.
 struct WorkloadMix {
   struct Kind {
     int16_t type = -1;  // -1: any GPU type
