@@ -143,14 +143,14 @@ class ShareBuilder {
                int type)
       : index_(index), req_(req), style_(style), type_of_request_(type) {}
 
-  // Places replicas on the nodes `in_scope` accepts until max_replicas or no room is
-  // left; the result when at least shape.replicas found room.
+  // Places replicas on the nodes in [first, last) that `in_scope` accepts until
+  // max_replicas or no room is left; the result when at least shape.replicas found room.
   template <typename Scope>
-  std::optional<GangPlacement> Place(Scope&& in_scope) {
+  std::optional<GangPlacement> Place(int first, int last, Scope&& in_scope) {
     out_.replicas.clear();
     type_ = type_of_request_;
     while (static_cast<int>(out_.replicas.size()) < req_.max_replicas) {
-      const auto [n, g] = Choose(in_scope);
+      const auto [n, g] = Choose(first, last, in_scope);
       if (n < 0) break;
       type_ = index_.slot(n).type;  // a gang does not mix GPU types
       out_.replicas.emplace_back(n, uint64_t{1} << g);
@@ -189,12 +189,12 @@ class ShareBuilder {
   //     node with the fewest free GPUs, so whole GPUs and whole nodes stay whole for
   //     the jobs that need them.
   template <typename Scope>
-  std::pair<int, int> Choose(Scope&& in_scope) const {
+  std::pair<int, int> Choose(int first, int last, Scope&& in_scope) const {
     const int share = req_.shape.share;
     std::pair<int, int> best{-1, -1};
     std::pair<double, int> best_key{0, 0};
     std::array<int, 64> rooms{};
-    for (int n = 0; n < index_.NodeCount(); ++n) {
+    for (int n = first; n < last; ++n) {
       if (!in_scope(n) || !NodeFits(n)) continue;
       const NodeSlot& s = index_.slot(n);
       int free = 0;
@@ -256,12 +256,13 @@ std::optional<GangPlacement> PlaceShares(const NodeIndex& index, const GangReque
     const bool node = c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink;
     const int scopes = node ? index.NodeCount() : index.LeafCount();
     for (int k = 0; k < scopes; ++k) {
-      auto p = b.Place([&](int n) { return node ? n == k : index.slot(n).leaf == k; });
+      auto p = node ? b.Place(k, k + 1, [](int) { return true; })
+                    : b.Place(0, index.NodeCount(), [&](int n) { return index.slot(n).leaf == k; });
       if (p) return p;
     }
     if (req.topology.hard) return std::nullopt;
   }
-  return b.Place([](int) { return true; });
+  return b.Place(0, index.NodeCount(), [](int) { return true; });
 }
 
 // One replica of whole GPUs where taking them adds the least fragmentation for the

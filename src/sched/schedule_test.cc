@@ -248,5 +248,30 @@ TEST(ScheduleTest, SharesOfOneGpuPackAndLeaveWholeGpusWhole) {
   }
 }
 
+// A gang of shares keeps to one node under a hard same-node constraint, and spreads
+// by best fit without one.
+TEST(ScheduleTest, AGangOfSharesKeepsItsTopologyConstraint) {
+  Snapshot s;
+  s.now = T(100);
+  s.nodes.push_back(MakeNode("n0", 1));
+  s.nodes.push_back(MakeNode("n1", 2));
+  PendingJob gang = Pending(1, 2, 1, 1);
+  gang.per_replica.gpu_milli = 600;
+  s.pending = {gang};
+  Decisions spread = Schedule(s, Policy{});
+  ASSERT_EQ(spread.binds.size(), 1u);
+  ASSERT_EQ(spread.binds[0].replicas.size(), 2u);
+  EXPECT_EQ(spread.binds[0].replicas[0].node, "n0");  // the node with the fewest free GPUs
+  EXPECT_EQ(spread.binds[0].replicas[1].node, "n1");
+  s.pending[0].topology.constraint = TopologyConstraint::kSameNode;
+  s.pending[0].topology.hard = true;
+  Decisions together = Schedule(s, Policy{});
+  ASSERT_EQ(together.binds.size(), 1u);
+  ASSERT_EQ(together.binds[0].replicas.size(), 2u);
+  EXPECT_EQ(together.binds[0].replicas[0].node, "n1");  // n0's one GPU holds one share
+  EXPECT_EQ(together.binds[0].replicas[1].node, "n1");
+  EXPECT_NE(together.binds[0].replicas[0].gpus, together.binds[0].replicas[1].gpus);
+}
+
 }  // namespace
 }  // namespace trainyard::sched
