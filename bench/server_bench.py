@@ -373,7 +373,11 @@ async def _agent_post(host, port, token, path, body):
                      f"Connection: close\r\nContent-Type: application/json\r\n"
                      f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
         await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as e:
+            raise RuntimeError(f"{path}: the server closed the connection without an answer "
+                               f"({len(e.partial)} bytes)") from e
         lines = head.decode("latin-1").split("\r\n")
         length = 0
         for line in lines[1:]:
@@ -415,7 +419,7 @@ def _hb_worker(host, port, token, proc, agents, seconds, warmup, out):
 
         async def poller(name):
             while loop.time() < end:
-                status, _ = await post("/api/v1/agent/poll", {"node": name, "wait_ms": 20000})
+                status, _ = await post("/api/v1/agent/poll", {"node": name, "wait_ms": int(os.environ.get("HB_POLL_MS", "20000"))})
                 if status != 200:
                     errors[0] += 1
                     await asyncio.sleep(1)
@@ -446,6 +450,32 @@ def _hb_worker(host, port, token, proc, agents, seconds, warmup, out):
         out.put(asyncio.run(run()))
     except Exception as e:  # reported by the parent instead of leaving it waiting
         out.put(([], f"{type(e).__name__}: {e}"))
+
+
+def _route_buckets(url, route):
+    """The server's own request-duration histogram for `route` (POST), from /metrics:
+    {upper bound in seconds: cumulative count}."""
+    _, text = call(connect(url), "GET", "/metrics")
+    out = {}
+    for line in text.decode().splitlines():
+        if (line.startswith("trainyard_http_request_duration_seconds_bucket{")
+                and 'method="POST"' in line and f'route="{route}"' in line):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _bucket_quantile(before, after, q):
+    """The upper bound of the bucket holding quantile q of the observations made between
+    two readings of a histogram (as Prometheus' histogram_quantile would, without
+    interpolation), and how many there were."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0) for b in bounds]
+    total = counts[-1] if counts else 0
+    for b, c in zip(bounds, counts):
+        if total and c >= q * total:
+            return b, int(total)
+    return float("nan"), int(total)
 
 
 def _proc_cpu_s(pid):
@@ -487,9 +517,13 @@ def bench_heartbeat(trainyard, work, agents, procs, seconds):
                                  stdout=open(f"{work}/probe.log", "w"), stderr=subprocess.STDOUT)
         _children.append(probe)
         time.sleep(warmup)
+        hb_route = "/api/v1/agent/heartbeat"
+        h0 = _route_buckets(url, hb_route)
         cpu0, t0 = _proc_cpu_s(p.pid), time.monotonic()
         time.sleep(seconds)
         cpu1, t1 = _proc_cpu_s(p.pid), time.monotonic()
+        h1 = _route_buckets(url, hb_route)
+        (s50, n_srv), (s99, _) = _bucket_quantile(h0, h1, 0.5), _bucket_quantile(h0, h1, 0.99)
         agent_rss = (_proc_status(probe.pid, "VmRSS"), _proc_status(probe.pid, "VmHWM"))
         server_rss, threads = _proc_status(p.pid, "VmRSS"), _proc_status(p.pid, "Threads")
         res = [out.get() for _ in workers]
@@ -505,7 +539,9 @@ def bench_heartbeat(trainyard, work, agents, procs, seconds):
         print(f"heartbeat: {per * procs} simulated agents ({procs} processes), 1 heartbeat/s each "
               f"+ a long poll each, {seconds:.0f} s: {len(lat)} heartbeats "
               f"({len(lat) / seconds:,.0f}/s), round trip p50 {pct(lat, 50) * 1e3:.1f} ms "
-              f"p99 {pct(lat, 99) * 1e3:.1f} ms max {max(lat) * 1e3:.1f} ms; errors {bad}; "
+              f"p99 {pct(lat, 99) * 1e3:.1f} ms max {max(lat) * 1e3:.1f} ms; handled by the "
+              f"server (its /metrics histogram, {n_srv} heartbeats): p50 <= {s50 * 1e3:g} ms, "
+              f"p99 <= {s99 * 1e3:g} ms; errors {bad}; "
               f"nodes Ready at the end {ready}; server CPU {(cpu1 - cpu0) / (t1 - t0) * 100:.0f}% "
               f"of one core, RSS {int(server_rss) // 1024} MiB, {threads} threads; "
               f"one real agent (8 simulated GPUs) RSS {int(agent_rss[0]) // 1024} MiB "

@@ -127,16 +127,15 @@ Status SetUpServerContext(SSL_CTX& ctx, const std::string& cert_file, const std:
 
 }  // namespace
 
-Result<std::unique_ptr<httplib::Server>> MakeTlsServer(const std::string& cert_file,
-                                                       const std::string& key_file) {
-  Status status = Status::Ok();
-  auto server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
-    status = SetUpServerContext(ctx, cert_file, key_file);
-    return status.ok();
-  });
-  TY_RETURN_IF_ERROR(status);
-  if (!server->is_valid()) return Internal("cannot make a TLS context: " + TakeOpenSslError());
-  return std::unique_ptr<httplib::Server>(std::move(server));
+Result<std::unique_ptr<Server>> MakeTlsServer(const std::string& cert_file,
+                                              const std::string& key_file, ServerOptions options) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return Internal("cannot make a TLS context: " + TakeOpenSslError());
+  if (Status s = SetUpServerContext(*ctx, cert_file, key_file); !s.ok()) {
+    SSL_CTX_free(ctx);
+    return s;
+  }
+  return std::make_unique<Server>(options, ctx);  // which owns ctx from now on
 }
 
 Status CheckCaFile(const std::string& flag, const std::string& ca_file) {

@@ -14,11 +14,11 @@
 #include <string>
 
 #include "core/status.h"
+#include "http/server.h"
 
 namespace httplib {
 class Client;
 class Result;
-class Server;
 }  // namespace httplib
 
 namespace trainyard::http {
@@ -28,8 +28,9 @@ namespace trainyard::http {
 // not encrypted). Returns InvalidArgument naming --tls-cert or --tls-key when a file
 // cannot be read, holds no certificate or key, the key does not belong to the
 // certificate, or the certificate has expired.
-Result<std::unique_ptr<httplib::Server>> MakeTlsServer(const std::string& cert_file,
-                                                       const std::string& key_file);
+Result<std::unique_ptr<Server>> MakeTlsServer(const std::string& cert_file,
+                                              const std::string& key_file,
+                                              ServerOptions options = {});
 
 // Checks that `ca_file` can be read and holds at least one PEM certificate; the error
 // names `flag`.

@@ -88,7 +88,7 @@ class TlsTest : public ::testing::Test {
     Write("server.key", server_key_.get());
   }
   void TearDown() override {
-    if (http_) http_->stop();
+    if (http_) http_->Stop();
     if (thread_.joinable()) thread_.join();
     std::filesystem::remove_all(dir_);
   }
@@ -117,8 +117,8 @@ class TlsTest : public ::testing::Test {
     http_->Get("/ping", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("pong", "text/plain");
     });
-    const int port = http_->bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { http_->listen_after_bind(); });
+    const int port = http_->BindToAnyPort("127.0.0.1");
+    thread_ = std::thread([this] { http_->Serve(); });
     return port;
   }
 
@@ -147,7 +147,7 @@ class TlsTest : public ::testing::Test {
   std::filesystem::path dir_;
   KeyPtr ca_key_, server_key_;
   X509Ptr ca_, server_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<Server> http_;
   std::thread thread_;
 };
 

@@ -297,7 +297,7 @@ rules:
 }
 
 TEST_F(AlertingTest, WebhookGetsFiringAndResolvedInAlertmanagerFormat) {
-  httplib::Server receiver;
+  http::Server receiver;
   std::mutex mu;
   std::vector<nlohmann::json> bodies;
   receiver.Post("/hook", [&](const httplib::Request& req, httplib::Response& res) {

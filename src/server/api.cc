@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <set>
 
 #include "core/codec.h"
 #include "core/job_text.h"
 #include "core/names.h"
 #include "core/spec_codec.h"
 #include "http/compress.h"
+#include "http/server.h"
 #include "monitor/diagnose.h"
 #include "monitor/webhook.h"
 #include "server/log_search.h"
@@ -950,7 +952,7 @@ ordered_json RenderJobWithErrors(const JobView& v,
 
 }  // namespace
 
-std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
+std::vector<RouteInfo> InstallApi(http::Server& server, Cluster& cluster, LogStore& logs,
                                   AccessControl& access, ApiOptions options) {
   using httplib::Request;
   using httplib::Response;
@@ -958,8 +960,17 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   std::vector<RouteInfo> routes;
   Alerting* const alerting = options.alerting;
 
-  http.set_payload_max_length(kMaxRequestBytes);
-  http.set_error_handler([](const Request& req, Response& res) {
+  server.SetMaxBodyBytes(kMaxRequestBytes);
+  // Request durations per route, for /metrics. A method no route has is "other", so
+  // that clients cannot add label values at will.
+  auto http_metrics = std::make_shared<HttpMetrics>();
+  server.SetObserver([http_metrics](const Request& req, const Response&, const std::string& route,
+                                    std::chrono::nanoseconds took) {
+    static const std::set<std::string> kMethods = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"};
+    http_metrics->Observe(kMethods.contains(req.method) ? req.method : "other", route,
+                          std::chrono::duration<double>(took).count());
+  });
+  server.SetErrorHandler([](const Request& req, Response& res) {
     if (!res.body.empty()) return;
     std::string msg = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
                       : res.status == 413 ? "request body too large; the limit is " +
@@ -967,7 +978,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
                                           : "HTTP " + std::to_string(res.status);
     res.set_content(ordered_json{{"error", msg}}.dump() + "\n", "application/json");
   });
-  http.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+  server.SetExceptionHandler([](const Request&, Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       std::rethrow_exception(ep);
@@ -978,20 +989,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     SendJson(res, 500, {{"error", what}});
   });
 
-  auto add = [&http](const std::string& method, const std::string& pattern,
-                     httplib::Server::Handler h) {
-    if (method == "GET") {
-      http.Get(pattern, std::move(h));
-    } else if (method == "POST") {
-      http.Post(pattern, std::move(h));
-    } else if (method == "PATCH") {
-      http.Patch(pattern, std::move(h));
-    } else if (method == "PUT") {
-      http.Put(pattern, std::move(h));
-    } else {
-      http.Delete(pattern, std::move(h));
-    }
-  };
+  auto add = [&server](const std::string& method, const std::string& pattern,
+                       http::Server::Handler h) { server.Route(method, pattern, std::move(h)); };
   // A user endpoint: authenticated, rate-limited, and (unless a GET) audited. The
   // handler checks what the caller may do with the object itself.
   using UserHandler = std::function<void(const Request&, Response&, Call&)>;
@@ -1064,7 +1063,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   };
 
   routes.push_back({"GET", v1 + "/healthz", RouteAccess::kPublic, Action::kReadCluster});
-  http.Get(v1 + "/healthz", [](const Request&, Response& res) {
+  server.Get(v1 + "/healthz", [](const Request&, Response& res) {
     SendJson(res, 200, {{"ok", true}});
   });
 
@@ -1072,9 +1071,9 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   auto web = std::make_shared<const WebAssets>(
       options.web_dir.empty() ? WebAssets::Embedded() : WebAssets::FromDirectory(options.web_dir));
   routes.push_back({"GET", "/", RouteAccess::kPublicFile, Action::kReadCluster});
-  http.Get("/", [web](const Request& req, Response& res) { SendWebFile(req, res, web->Page()); });
+  server.Get("/", [web](const Request& req, Response& res) { SendWebFile(req, res, web->Page()); });
   routes.push_back({"GET", "/assets/(.+)", RouteAccess::kPublicFile, Action::kReadCluster});
-  http.Get("/assets/(.+)", [web](const Request& req, Response& res) {
+  server.Get("/assets/(.+)", [web](const Request& req, Response& res) {
     SendWebFile(req, res, web->Asset(req.matches[1].str()));
   });
   user("GET", "/whoami", Action::kReadCluster, [](const Request&, Response& res, Call& call) {
@@ -2071,8 +2070,10 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
   // --- Prometheus: GET /metrics (docs/metrics.md) ---
   user_at(
       "GET", "/metrics", Action::kReadCluster,
-      [&cluster, series, alerting, may_see_alert](const Request&, Response& res, Call& call) {
+      [&cluster, series, alerting, may_see_alert, http_metrics](const Request&, Response& res,
+                                                                Call& call) {
         MetricsPage page;
+        page.http = http_metrics->Snapshot();
         page.now = Timestamp(std::chrono::duration_cast<Duration>(
             std::chrono::system_clock::now().time_since_epoch()));
         page.nodes = cluster.ListNodes();
@@ -2145,7 +2146,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     SendJson(res, 401, {{"error", "missing or wrong join token (Authorization: Bearer <token>)"}});
     return false;
   };
-  http.Post(v1 + "/agent/register", [&cluster, authorized](const Request& req, Response& res) {
+  server.Post(v1 + "/agent/register", [&cluster, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "register");
     if (!j.ok()) return SendError(res, j.status());
@@ -2158,19 +2159,19 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
               {"release_after_ms", reply->release_after.count()},
               {"stop", reply->stop}});
   });
-  http.Post(v1 + "/agent/heartbeat",
-            [&cluster, authorized, alerting](const Request& req, Response& res) {
-              if (!authorized(req, res)) return;
-              auto j = ParseJsonBody(req.body, "heartbeat");
-              if (!j.ok()) return SendError(res, j.status());
-              auto hb = ParseHeartbeat(*j);
-              if (!hb.ok()) return SendError(res, hb.status());
-              auto ack = cluster.HandleHeartbeat(*hb);
-              if (!ack.ok()) return SendError(res, ack.status());
-              if (alerting != nullptr) alerting->ObserveHeartbeat(*hb);
-              SendJson(res, 200, {{"ack", *ack}});
-            });
-  http.Post(v1 + "/agent/poll", [&cluster, authorized](const Request& req, Response& res) {
+  server.Post(v1 + "/agent/heartbeat",
+              [&cluster, authorized, alerting](const Request& req, Response& res) {
+                if (!authorized(req, res)) return;
+                auto j = ParseJsonBody(req.body, "heartbeat");
+                if (!j.ok()) return SendError(res, j.status());
+                auto hb = ParseHeartbeat(*j);
+                if (!hb.ok()) return SendError(res, hb.status());
+                auto ack = cluster.HandleHeartbeat(*hb);
+                if (!ack.ok()) return SendError(res, ack.status());
+                if (alerting != nullptr) alerting->ObserveHeartbeat(*hb);
+                SendJson(res, 200, {{"ack", *ack}});
+              });
+  server.Post(v1 + "/agent/poll", [&cluster, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "poll");
     if (!j.ok()) return SendError(res, j.status());
@@ -2191,7 +2192,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     for (const Command& c : *cmds) out.push_back(ToJson(c));
     SendJson(res, 200, {{"commands", std::move(out)}});
   });
-  http.Post(v1 + "/agent/logs", [&cluster, &logs, authorized](const Request& req, Response& res) {
+  server.Post(v1 + "/agent/logs", [&cluster, &logs, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "logs");
     if (!j.ok()) return SendError(res, j.status());
@@ -2213,8 +2214,8 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     if (!next.ok()) return SendError(res, next.status());
     SendJson(res, 200, {{"next_offset", *next}});
   });
-  http.Post(v1 + "/agent/metrics", [&cluster, &logs, authorized, series, alerting](
-                                       const Request& req, Response& res) {
+  server.Post(v1 + "/agent/metrics", [&cluster, &logs, authorized, series, alerting](
+                                         const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "metrics");
     if (!j.ok()) return SendError(res, j.status());
@@ -2267,7 +2268,7 @@ std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogSt
     }
     SendJson(res, 200, {{"next_offset", *next}});
   });
-  http.Post(v1 + "/agent/profile", [authorized, profiles](const Request& req, Response& res) {
+  server.Post(v1 + "/agent/profile", [authorized, profiles](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     if (profiles == nullptr) return SendError(res, Unavailable("this server keeps no profiles"));
     auto report = ParseProfileReport(req.body);

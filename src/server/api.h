@@ -30,7 +30,7 @@
 #include "server/logs.h"
 #include "server/profiles.h"
 
-namespace httplib {
+namespace trainyard::http {
 class Server;
 }
 
@@ -142,7 +142,7 @@ struct RouteInfo {
 // its files, with an ETag (304 on If-None-Match), Cache-Control: no-cache, and
 // headers that keep the page to its own origin (Content-Security-Policy, nosniff,
 // no referrer).
-std::vector<RouteInfo> InstallApi(httplib::Server& http, Cluster& cluster, LogStore& logs,
+std::vector<RouteInfo> InstallApi(http::Server& http, Cluster& cluster, LogStore& logs,
                                   AccessControl& access, ApiOptions options);
 
 // Standard base64 (RFC 4648, with padding); InvalidArgument on bad input.

@@ -391,7 +391,7 @@ class ApiTest : public ::testing::Test {
   std::string profiles_dir_;
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<AccessControl> access_;
-  httplib::Server http_;
+  http::Server http_;
   LoopbackServer serving_;
   int port_ = 0;
   std::unique_ptr<httplib::Client> client_;

@@ -244,7 +244,7 @@ class AuthzTest : public ::testing::Test {
   Principal admin_;
   std::map<std::string, std::string> tokens_;  // user -> token text
   std::vector<RouteInfo> routes_;
-  httplib::Server http_;
+  http::Server http_;
   LoopbackServer serving_;
   int port_ = 0;
   std::unique_ptr<httplib::Client> client_;

@@ -17,6 +17,23 @@ void Gauges(Exposition& e, const char* name, const char* help,
 
 }  // namespace
 
+void HttpMetrics::Observe(const std::string& method, const std::string& route, double seconds) {
+  static const std::vector<double> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                              0.25,   0.5,   1,      2.5,   5,    10,    30};
+  std::lock_guard lk(mu_);
+  auto [it, added] = by_route_.try_emplace({method, route.empty() ? "unmatched" : route});
+  if (added) it->second = HistogramValue::WithBounds(kBounds);
+  it->second.Observe(seconds);
+}
+
+std::vector<HttpRouteDurations> HttpMetrics::Snapshot() const {
+  std::lock_guard lk(mu_);
+  std::vector<HttpRouteDurations> out;
+  out.reserve(by_route_.size());
+  for (const auto& [key, h] : by_route_) out.push_back({key.first, key.second, h});
+  return out;
+}
+
 std::string RenderMetricsPage(const MetricsPage& page) {
   Exposition e;
 
@@ -100,6 +117,13 @@ std::string RenderMetricsPage(const MetricsPage& page) {
     h.sum = page.cluster.pass_seconds_sum;
   }
   e.Histogram({}, h);
+  e.Family("trainyard_http_request_duration_seconds",
+           "Time from a request's first bytes to its answer written, by method and route "
+           "(the route's pattern; \"unmatched\" when none matched).",
+           MetricType::kHistogram);
+  for (const HttpRouteDurations& r : page.http) {
+    e.Histogram({{"method", r.method}, {"route", r.route}}, r.seconds);
+  }
 
   // --- GPU telemetry, as dcgm-exporter names it ---
   struct Dcgm {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "monitor/engine.h"
 #include "server/alerting.h"
 #include "server/cluster.h"
+#include "server/prometheus.h"
 
 namespace trainyard::server {
 
@@ -33,6 +35,26 @@ struct JobProgress {
   std::optional<double> checkpoint_age_seconds;
 };
 
+// How long the API took to answer, per route (the pattern as registered; "unmatched"
+// for requests no route took), from http::Server's observer: the time from a request's
+// first bytes to its answer written, waiting for a worker included.
+struct HttpRouteDurations {
+  std::string method;
+  std::string route;
+  HistogramValue seconds;
+};
+
+// Thread-safety: Observe and Snapshot from any thread.
+class HttpMetrics {
+ public:
+  void Observe(const std::string& method, const std::string& route, double seconds);
+  std::vector<HttpRouteDurations> Snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, HistogramValue> by_route_;  // GUARDED_BY(mu_)
+};
+
 struct MetricsPage {
   Timestamp now{};
   std::vector<NodeView> nodes;
@@ -42,6 +64,7 @@ struct MetricsPage {
   // Pending and firing alerts the caller may see (ALERTS), and the alerting counters.
   std::vector<monitor::Alert> alerts;
   std::optional<AlertingStats> alerting;
+  std::vector<HttpRouteDurations> http;
 };
 
 std::string RenderMetricsPage(const MetricsPage& page);

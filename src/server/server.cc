@@ -32,69 +32,7 @@
 #include "track/series_store.h"
 
 namespace trainyard::server {
-namespace {
-
-// cpp-httplib serves a connection on one pool thread from accept until it closes, so
-// every open connection holds a thread: each agent's long poll while it waits, each
-// keep-alive client between its requests. A fixed pool of N threads serves N
-// connections and leaves the rest queued; this one starts `initial_threads`, then a
-// thread whenever a connection would otherwise wait, up to `max_threads`, and keeps it
-// for later connections. Threads end at shutdown (cpp-httplib calls it when listen ends).
-class ConnectionThreads : public httplib::TaskQueue {
- public:
-  ConnectionThreads(size_t initial_threads, size_t max_threads) : max_threads_(max_threads) {
-    std::lock_guard lk(mu_);
-    while (threads_.size() < std::min(initial_threads, max_threads_)) {
-      threads_.emplace_back([this] { Work(); });
-    }
-  }
-  ~ConnectionThreads() override = default;
-
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard lk(mu_);
-    jobs_.push_back(std::move(fn));
-    if (!shutdown_ && jobs_.size() > idle_ && threads_.size() < max_threads_) {
-      threads_.emplace_back([this] { Work(); });
-    }
-    cv_.notify_one();
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard lk(mu_);
-      shutdown_ = true;
-    }
-    cv_.notify_all();
-    // No thread is started once shutdown_ is set, so threads_ no longer changes.
-    for (std::thread& t : threads_) t.join();
-  }
-
- private:
-  void Work() {
-    std::unique_lock lk(mu_);
-    while (true) {
-      ++idle_;
-      cv_.wait(lk, [&] { return !jobs_.empty() || shutdown_; });
-      --idle_;
-      if (jobs_.empty()) return;  // shutdown_
-      std::function<void()> fn = std::move(jobs_.front());
-      jobs_.pop_front();
-      lk.unlock();
-      fn();
-      lk.lock();
-    }
-  }
-
-  const size_t max_threads_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;        // GUARDED_BY(mu_)
-  size_t idle_ = 0;                         // GUARDED_BY(mu_): threads waiting for a job
-  bool shutdown_ = false;                   // GUARDED_BY(mu_)
-};
-
-}  // namespace
+namespace {}  // namespace
 
 bool IsLoopbackHost(std::string_view host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
@@ -182,11 +120,14 @@ Status Server::Start() {
     return InvalidArgument(opt_.tls_cert.empty() ? "--tls-key needs --tls-cert as well"
                                                  : "--tls-cert needs --tls-key as well");
   }
+  http::ServerOptions hopt;
+  hopt.max_threads = static_cast<size_t>(std::max(opt_.http_threads, 1));
   if (opt_.tls_cert.empty()) {
-    http_ = std::make_unique<httplib::Server>();
+    http_ = std::make_unique<http::Server>(hopt);
   } else {
-    TY_ASSIGN_OR_RETURN(http_, http::MakeTlsServer(opt_.tls_cert, opt_.tls_key));
+    TY_ASSIGN_OR_RETURN(http_, http::MakeTlsServer(opt_.tls_cert, opt_.tls_key, hopt));
   }
+  http::RaiseOpenFileLimit();  // a connection per agent and client, and a long poll each
   std::error_code ec;
   std::filesystem::create_directories(opt_.data_dir, ec);
   if (ec) return InvalidArgument("--data-dir " + opt_.data_dir + ": " + ec.message());
@@ -247,44 +188,24 @@ Status Server::Start() {
     ao.diagnose.heartbeat_lost = 3 * ClusterOptions{}.heartbeat_interval;
     TY_ASSIGN_OR_RETURN(alerting_, Alerting::Open(cluster_.get(), &clock_, std::move(ao)));
   }
-  const int threads = opt_.http_threads;
-  http_->new_task_queue = [threads] {
-    return new ConnectionThreads(64, static_cast<size_t>(std::max(threads, 1)));
-  };
-  // A response is written as headers then body; without TCP_NODELAY the body waits
-  // for the client's delayed ACK (40 ms) behind Nagle's algorithm.
-  http_->set_tcp_nodelay(true);
-  http_->set_keep_alive_max_count(100'000);
-  http_->set_read_timeout(60, 0);
-  http_->set_write_timeout(60, 0);
   InstallApi(*http_, *cluster_, *logs_, *access_,
              ApiOptions{token_, series_.get(), profiles_.get(), alerting_.get(), opt_.web_dir});
-  int listen_fd = -1;
-  http_->set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = sock;  // the last socket made while binding is the one that bound
-  });
   if (opt_.port == 0) {
-    port_ = http_->bind_to_any_port(opt_.host);
+    port_ = http_->BindToAnyPort(opt_.host);
     if (port_ <= 0) return Unavailable("cannot bind " + opt_.host + " to any port");
   } else {
-    if (!http_->bind_to_port(opt_.host, opt_.port)) {
+    if (!http_->BindToPort(opt_.host, opt_.port)) {
       return Unavailable("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) +
                          " (in use? try --port 0)");
     }
     port_ = opt_.port;
   }
-  http_->set_socket_options(httplib::default_socket_options);
-  // cpp-httplib listens with a backlog of 5: a burst of connections (64 clients at once,
-  // or every agent after a server restart) overflows it, and the overflowed ones wait
-  // for retransmits or are reset. Listening again on a listening socket sets its backlog.
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   alerting_->SetExternalUrl(Url());  // after binding: the port may have been picked
   loop_thread_ = std::thread([this] { Loop(); });
   // Alert rules on a thread of their own: an evaluation that pages through many jobs
   // never delays a scheduling pass.
   alert_thread_ = std::thread([this] { AlertLoop(); });
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  http_thread_ = std::thread([this] { http_->Serve(); });
   return Status::Ok();
 }
 
@@ -308,9 +229,9 @@ Status Server::BecomeLeader() {
   self_id_ = std::string(host) + "/" + std::to_string(::getpid()) + "/" + suffix;
 
   // The standby answers on the port the leader will serve on (picked now when 0).
-  std::unique_ptr<httplib::Server> standby;
+  std::unique_ptr<http::Server> standby;
   if (opt_.tls_cert.empty()) {
-    standby = std::make_unique<httplib::Server>();
+    standby = std::make_unique<http::Server>();
   } else {
     TY_ASSIGN_OR_RETURN(standby, http::MakeTlsServer(opt_.tls_cert, opt_.tls_key));
   }
@@ -343,17 +264,17 @@ Status Server::BecomeLeader() {
   standby->Patch(".*", refuse);
   standby->Delete(".*", refuse);
   if (opt_.port == 0) {
-    port_ = standby->bind_to_any_port(opt_.host);
+    port_ = standby->BindToAnyPort(opt_.host);
     if (port_ <= 0) return Unavailable("cannot bind " + opt_.host + " to any port");
   } else {
-    if (!standby->bind_to_port(opt_.host, opt_.port)) {
+    if (!standby->BindToPort(opt_.host, opt_.port)) {
       return Unavailable("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port));
     }
     port_ = opt_.port;
   }
   opt_.port = port_;  // the leader's server binds the same port
   leader_url_ = opt_.advertise_url.empty() ? Url() : opt_.advertise_url;
-  std::thread serving([&] { standby->listen_after_bind(); });
+  std::thread serving([&] { standby->Serve(); });
   const Duration ttl = opt_.leader_timeout;
   const auto every = std::min<Duration>(ttl / 4, Duration(1'000));
   std::string said;
@@ -387,7 +308,7 @@ Status Server::BecomeLeader() {
       std::this_thread::sleep_for(Duration(50));
     }
   }
-  standby->stop();
+  standby->Stop();
   serving.join();
   return result;
 }
@@ -548,7 +469,7 @@ void Server::Stop() {
   alert_cv_.notify_all();
   if (cluster_) cluster_->Shutdown();
   if (logs_) logs_->WakeAll();
-  if (http_) http_->stop();
+  if (http_) http_->Stop();
   if (loop_thread_.joinable()) loop_thread_.join();
   if (http_thread_.joinable()) http_thread_.join();
   if (alert_thread_.joinable()) alert_thread_.join();

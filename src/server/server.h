@@ -26,7 +26,7 @@
 #include "server/profiles.h"
 #include "store/store.h"
 
-namespace httplib {
+namespace trainyard::http {
 class Server;
 }
 
@@ -58,8 +58,8 @@ struct ServerOptions {
   Duration node_lost_grace{120'000};  // ClusterOptions::node_lost_grace
   Duration pass_interval{2'000};      // a pass at least this often
   Duration coalesce{20};              // wait this long after an event for more
-  // Connections served at once: cpp-httplib gives each open connection a thread
-  // (started on demand); each agent's long poll holds one while it waits.
+  // Requests handled at once (http/server.h: idle connections hold no thread; a
+  // request holds one while handled, and an agent's long poll while it waits).
   int http_threads = 4096;
   // Log retention (LogRetentionPolicy): the logs and metrics-line copies of jobs
   // finished longer ago than `log_retention` are deleted (0: kept forever), and a job's
@@ -148,7 +148,7 @@ class Server {
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<track::SeriesStore> series_;
   std::unique_ptr<Alerting> alerting_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<http::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;
   std::thread alert_thread_;

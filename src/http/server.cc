@@ -1,0 +1,1026 @@
+#include "http/server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+namespace trainyard::http {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+const char* ReasonPhrase(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 202:
+      return "Accepted";
+    case 204:
+      return "No Content";
+    case 206:
+      return "Partial Content";
+    case 301:
+      return "Moved Permanently";
+    case 302:
+      return "Found";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 422:
+      return "Unprocessable Content";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 507:
+      return "Insufficient Storage";
+    default:
+      return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
+  }
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  }
+  return true;
+}
+
+// Whether a comma-separated header value lists `token` (any case).
+bool ListsToken(std::string_view value, std::string_view token) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    std::string_view item = value.substr(0, comma);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (IEquals(item, token)) return true;
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decodes `s` (a malformed escape stays as it is); '+' is a space in a query.
+std::string Decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      const int hi = HexDigit(s[i + 1]), lo = HexDigit(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(plus_is_space && s[i] == '+' ? ' ' : s[i]);
+  }
+  return out;
+}
+
+void ParseQuery(std::string_view q, httplib::Params& out) {
+  while (!q.empty()) {
+    const size_t amp = q.find('&');
+    std::string_view pair = q.substr(0, amp);
+    if (!pair.empty()) {
+      const size_t eq = pair.find('=');
+      out.emplace(Decode(pair.substr(0, eq), true),
+                  eq == std::string_view::npos ? "" : Decode(pair.substr(eq + 1), true));
+    }
+    if (amp == std::string_view::npos) break;
+    q.remove_prefix(amp + 1);
+  }
+}
+
+// One client connection. Owned by the server's table; at any moment either armed in
+// the epoll set (idle, waiting for bytes) or with one worker, never both.
+struct Conn {
+  int fd = -1;
+  SSL* ssl = nullptr;
+  bool handshaken = false;
+  std::string in;  // bytes read and not yet used
+  size_t pos = 0;  // of `in`: where the next request starts
+  std::string remote_addr;
+  int remote_port = -1;
+  SteadyClock::time_point ready_at;    // when the loop saw bytes to read
+  bool idle = false;                   // GUARDED_BY(Impl::mu): armed in the epoll set
+  SteadyClock::time_point idle_since;  // GUARDED_BY(Impl::mu)
+
+  ~Conn() {
+    if (ssl != nullptr) SSL_free(ssl);
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Why reading a request stopped.
+enum class ReadError { kNone, kClosed, kTimeout, kBad, kTooLarge, kHeaderTooLarge };
+
+struct RouteEntry {
+  std::string method;
+  std::string text;  // the pattern as registered
+  std::regex pattern;
+  Server::Handler handler;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o, SSL_CTX* c) : opt(o), ctx(c) {}
+  ~Impl() {
+    if (listen_fd >= 0) ::close(listen_fd);
+    if (epoll_fd >= 0) ::close(epoll_fd);
+    if (event_fd >= 0) ::close(event_fd);
+    if (ctx != nullptr) SSL_CTX_free(ctx);
+  }
+
+  ServerOptions opt;
+  SSL_CTX* ctx;
+  std::vector<RouteEntry> routes;
+  Handler error_handler;
+  ExceptionHandler exception_handler;
+  Observer observer;
+
+  int listen_fd = -1;
+  int epoll_fd = -1;
+  int event_fd = -1;
+  std::atomic<bool> stopping{false};
+
+  mutable std::mutex mu;
+  std::unordered_map<Conn*, std::unique_ptr<Conn>> conns;  // GUARDED_BY(mu)
+
+  // The worker pool: connections with bytes to read, and the threads that serve them.
+  std::mutex pool_mu;
+  std::condition_variable pool_cv;
+  std::deque<Conn*> ready;           // GUARDED_BY(pool_mu)
+  std::vector<std::thread> workers;  // GUARDED_BY(pool_mu)
+  size_t idle_workers = 0;           // GUARDED_BY(pool_mu)
+  bool pool_closed = false;          // GUARDED_BY(pool_mu)
+  std::atomic<size_t> worker_count{0};
+
+  // --- the loop ---------------------------------------------------------------------
+  void Accept();
+  void Arm(Conn* c, int op);
+  void SweepIdle();
+  void CloseAllIdle();
+
+  // --- the workers ------------------------------------------------------------------
+  void Dispatch(Conn* c);
+  void Work();
+  void ShutdownPool();
+  // Serves requests on `c` while it has bytes for them; then parks it in the epoll set
+  // again, or closes it.
+  void Serve(Conn* c);
+  void Close(Conn* c);
+  void Park(Conn* c);
+
+  // --- I/O with deadlines (the sockets are non-blocking) ---------------------------
+  bool WaitFor(Conn& c, short events, std::chrono::milliseconds timeout);
+  // Reads more bytes into c.in; false at end of stream, on error or timeout.
+  bool Fill(Conn& c, ReadError& why);
+  bool WriteAll(Conn& c, std::string_view data);
+  bool Handshake(Conn& c);
+  bool HasBuffered(const Conn& c) const {
+    return c.pos < c.in.size() || (c.ssl != nullptr && SSL_pending(c.ssl) > 0);
+  }
+
+  // --- HTTP --------------------------------------------------------------------------
+  ReadError ReadRequest(Conn& c, Request& req, bool& keep_alive);
+  ReadError ReadChunkedBody(Conn& c, std::string& body);
+  std::optional<std::string> ReadLine(Conn& c, ReadError& why, size_t limit);
+  // Runs the route `req` matches; returns its pattern ("" when none matched).
+  const std::string& Route(Request& req, Response& res);
+  // Writes the answer; false when the connection must close (write failed, or a body
+  // without a length).
+  bool WriteResponse(Conn& c, const Request& req, Response& res, bool keep_alive);
+  void WriteError(Conn& c, int status);
+  // Before closing a connection whose client may still be sending (a body refused
+  // unread): stops writing, then reads and drops what comes for a while, so that the
+  // client reads the answer instead of a reset (closing with unread bytes sends RST).
+  void Linger(Conn& c);
+};
+
+// --- the loop -----------------------------------------------------------------------
+
+void Server::Impl::Arm(Conn* c, int op) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.ptr = c;
+  ::epoll_ctl(epoll_fd, op, c->fd, &ev);
+}
+
+void Server::Impl::Accept() {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: the connection waits in the backlog until one is closed.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;  // EAGAIN: none left
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    char host[INET6_ADDRSTRLEN] = {};
+    if (addr.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+      ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+      c->remote_port = ntohs(a->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+      ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+      c->remote_port = ntohs(a->sin6_port);
+    }
+    c->remote_addr = host;
+    if (ctx != nullptr) {
+      c->ssl = SSL_new(ctx);
+      if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+        ERR_clear_error();
+        continue;  // ~Conn closes it
+      }
+    }
+    Conn* raw = c.get();
+    std::lock_guard lk(mu);
+    raw->idle = true;
+    raw->idle_since = SteadyClock::now();
+    conns.emplace(raw, std::move(c));
+    Arm(raw, EPOLL_CTL_ADD);
+  }
+}
+
+void Server::Impl::SweepIdle() {
+  const auto now = SteadyClock::now();
+  std::lock_guard lk(mu);
+  for (auto it = conns.begin(); it != conns.end();) {
+    Conn* c = it->first;
+    if (c->idle && now - c->idle_since > opt.idle_timeout) {
+      ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, nullptr);
+      it = conns.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Server::Impl::CloseAllIdle() {
+  std::lock_guard lk(mu);
+  for (auto it = conns.begin(); it != conns.end();) {
+    if (it->first->idle) {
+      ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, it->first->fd, nullptr);
+      it = conns.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// --- the workers --------------------------------------------------------------------
+
+void Server::Impl::Dispatch(Conn* c) {
+  std::lock_guard lk(pool_mu);
+  ready.push_back(c);
+  // A thread for every connection that would otherwise wait for one: a handler may
+  // block (a long poll), and a request must not wait behind it.
+  if (ready.size() > idle_workers && workers.size() < std::max<size_t>(opt.max_threads, 1)) {
+    workers.emplace_back([this] { Work(); });
+    worker_count = workers.size();
+  }
+  pool_cv.notify_one();
+}
+
+void Server::Impl::Work() {
+  // OpenSSL writes with write(2), which cannot be told MSG_NOSIGNAL: a client gone
+  // mid-answer must not kill the process. Blocked here, on the pool's own threads, the
+  // signal stays pending on the thread and is never delivered.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  std::unique_lock lk(pool_mu);
+  for (;;) {
+    ++idle_workers;
+    pool_cv.wait(lk, [&] { return !ready.empty() || pool_closed; });
+    --idle_workers;
+    if (ready.empty()) return;  // closed
+    Conn* c = ready.front();
+    ready.pop_front();
+    lk.unlock();
+    Serve(c);
+    lk.lock();
+  }
+}
+
+void Server::Impl::ShutdownPool() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lk(pool_mu);
+    pool_closed = true;
+  }
+  pool_cv.notify_all();
+  // No thread starts once the pool is closed (Dispatch runs on the loop, which ended).
+  {
+    std::lock_guard lk(pool_mu);
+    threads.swap(workers);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void Server::Impl::Close(Conn* c) {
+  std::lock_guard lk(mu);
+  conns.erase(c);  // ~Conn closes the descriptor, which leaves the epoll set
+}
+
+void Server::Impl::Park(Conn* c) {
+  std::lock_guard lk(mu);
+  if (stopping) {
+    conns.erase(c);
+    return;
+  }
+  c->in.erase(0, c->pos);
+  c->pos = 0;
+  if (c->in.capacity() > (64 << 10)) c->in.shrink_to_fit();
+  c->idle = true;
+  c->idle_since = SteadyClock::now();
+  Arm(c, EPOLL_CTL_MOD);
+}
+
+void Server::Impl::Serve(Conn* c) {
+  if (c->ssl != nullptr && !c->handshaken) {
+    if (!Handshake(*c)) return Close(c);
+    c->handshaken = true;
+    if (!HasBuffered(*c)) return Park(c);  // the request comes later
+  }
+  for (bool first = true;; first = false) {
+    // A pipelined request counts from when the one before it was answered.
+    const SteadyClock::time_point began = first ? c->ready_at : SteadyClock::now();
+    Request req;
+    bool keep_alive = true;
+    const ReadError err = ReadRequest(*c, req, keep_alive);
+    switch (err) {
+      case ReadError::kNone:
+        break;
+      case ReadError::kClosed:
+      case ReadError::kTimeout:
+        return Close(c);
+      case ReadError::kBad:
+        WriteError(*c, 400);
+        return Close(c);
+      case ReadError::kTooLarge:
+        WriteError(*c, 413);
+        Linger(*c);
+        return Close(c);
+      case ReadError::kHeaderTooLarge:
+        WriteError(*c, 431);
+        return Close(c);
+    }
+    Response res;
+    const std::string& route = Route(req, res);
+    if (stopping) keep_alive = false;
+    const bool written = WriteResponse(*c, req, res, keep_alive);
+    if (observer) observer(req, res, route, SteadyClock::now() - began);
+    if (!written || !keep_alive) return Close(c);
+    if (!HasBuffered(*c)) return Park(c);
+    // Pipelined: the next request is already here.
+  }
+}
+
+// --- I/O ----------------------------------------------------------------------------
+
+bool Server::Impl::WaitFor(Conn& c, short events, std::chrono::milliseconds timeout) {
+  pollfd p{c.fd, events, 0};
+  for (;;) {
+    const int n = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+bool Server::Impl::Fill(Conn& c, ReadError& why) {
+  if (c.pos > 0 && c.pos == c.in.size()) {
+    c.in.clear();
+    c.pos = 0;
+  }
+  char buf[16 << 10];
+  for (;;) {
+    ssize_t n;
+    if (c.ssl != nullptr) {
+      ERR_clear_error();
+      const int r = SSL_read(c.ssl, buf, sizeof buf);
+      if (r > 0) {
+        c.in.append(buf, static_cast<size_t>(r));
+        return true;
+      }
+      const int e = SSL_get_error(c.ssl, r);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        if (!WaitFor(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, opt.read_timeout)) {
+          why = ReadError::kTimeout;
+          return false;
+        }
+        continue;
+      }
+      ERR_clear_error();
+      why = ReadError::kClosed;
+      return false;
+    }
+    n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      c.in.append(buf, static_cast<size_t>(n));
+      return true;
+    }
+    if (n == 0) {
+      why = ReadError::kClosed;
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      why = ReadError::kClosed;
+      return false;
+    }
+    if (!WaitFor(c, POLLIN, opt.read_timeout)) {
+      why = ReadError::kTimeout;
+      return false;
+    }
+  }
+}
+
+bool Server::Impl::WriteAll(Conn& c, std::string_view data) {
+  while (!data.empty()) {
+    if (c.ssl != nullptr) {
+      ERR_clear_error();
+      const int r = SSL_write(c.ssl, data.data(), static_cast<int>(data.size()));
+      if (r > 0) {
+        data.remove_prefix(static_cast<size_t>(r));
+        continue;
+      }
+      const int e = SSL_get_error(c.ssl, r);
+      if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) &&
+          WaitFor(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, opt.write_timeout)) {
+        continue;
+      }
+      ERR_clear_error();
+      return false;
+    }
+    const ssize_t n = ::send(c.fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+        WaitFor(c, POLLOUT, opt.write_timeout)) {
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+bool Server::Impl::Handshake(Conn& c) {
+  for (;;) {
+    ERR_clear_error();
+    const int r = SSL_accept(c.ssl);
+    if (r == 1) return true;
+    const int e = SSL_get_error(c.ssl, r);
+    if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) &&
+        WaitFor(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, opt.read_timeout)) {
+      continue;
+    }
+    ERR_clear_error();
+    return false;
+  }
+}
+
+// --- HTTP ---------------------------------------------------------------------------
+
+std::optional<std::string> Server::Impl::ReadLine(Conn& c, ReadError& why, size_t limit) {
+  for (;;) {
+    const size_t eol = c.in.find("\r\n", c.pos);
+    if (eol != std::string::npos) {
+      std::string line = c.in.substr(c.pos, eol - c.pos);
+      c.pos = eol + 2;
+      return line;
+    }
+    if (c.in.size() - c.pos > limit) {
+      why = ReadError::kBad;
+      return std::nullopt;
+    }
+    if (!Fill(c, why)) {
+      if (why == ReadError::kClosed) why = ReadError::kBad;
+      return std::nullopt;
+    }
+  }
+}
+
+ReadError Server::Impl::ReadChunkedBody(Conn& c, std::string& body) {
+  ReadError why = ReadError::kNone;
+  for (;;) {
+    std::optional<std::string> line = ReadLine(c, why, 1024);
+    if (!line) return why;
+    const std::string_view size_text = std::string_view(*line).substr(0, line->find(';'));
+    if (size_text.empty()) return ReadError::kBad;
+    size_t size = 0;
+    for (char ch : size_text) {
+      if (ch == ' ' || ch == '\t') break;
+      const int d = HexDigit(ch);
+      if (d < 0 || size > (opt.max_body_bytes + 1) / 16 + 1) return ReadError::kBad;
+      size = size * 16 + static_cast<size_t>(d);
+    }
+    if (size == 0) {
+      // Trailers, up to the empty line; ignored.
+      for (;;) {
+        line = ReadLine(c, why, opt.max_header_bytes);
+        if (!line) return why;
+        if (line->empty()) return ReadError::kNone;
+      }
+    }
+    if (body.size() + size > opt.max_body_bytes) return ReadError::kTooLarge;
+    while (c.in.size() - c.pos < size + 2) {
+      if (!Fill(c, why)) return why == ReadError::kClosed ? ReadError::kBad : why;
+    }
+    body.append(c.in, c.pos, size);
+    if (c.in.compare(c.pos + size, 2, "\r\n") != 0) return ReadError::kBad;
+    c.pos += size + 2;
+  }
+}
+
+ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive) {
+  // The head: request line and headers, up to the empty line.
+  ReadError why = ReadError::kNone;
+  size_t end;
+  for (;;) {
+    // Blank lines before a request are ignored (RFC 9112 section 2.2).
+    while (c.in.compare(c.pos, 2, "\r\n") == 0) c.pos += 2;
+    end = c.in.find("\r\n\r\n", c.pos);
+    if (end != std::string::npos) break;
+    if (c.in.size() - c.pos > opt.max_header_bytes) return ReadError::kHeaderTooLarge;
+    const bool started = c.in.size() > c.pos;
+    if (!Fill(c, why)) {
+      // A connection closed between requests is the normal end of keep-alive.
+      return started && why == ReadError::kClosed ? ReadError::kBad : why;
+    }
+  }
+  if (end - c.pos > opt.max_header_bytes) return ReadError::kHeaderTooLarge;
+  std::string_view head(c.in.data() + c.pos, end - c.pos);
+  c.pos = end + 4;
+
+  const size_t line_end = head.find("\r\n");
+  const std::string_view line = head.substr(0, line_end);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || sp1 == 0) {
+    return ReadError::kBad;
+  }
+  req.method = std::string(line.substr(0, sp1));
+  req.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
+  req.version = std::string(line.substr(sp2 + 1));
+  if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0") return ReadError::kBad;
+  if (req.target.empty() || req.target.front() != '/') {
+    if (req.target != "*") return ReadError::kBad;
+  }
+  for (char ch : req.method) {
+    if (!std::isupper(static_cast<unsigned char>(ch))) return ReadError::kBad;
+  }
+  if (line_end != std::string_view::npos) {
+    std::string_view rest = head.substr(line_end + 2);
+    while (!rest.empty()) {
+      const size_t eol = rest.find("\r\n");
+      std::string_view h = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
+      const size_t colon = h.find(':');
+      if (colon == std::string_view::npos || colon == 0) return ReadError::kBad;
+      std::string_view name = h.substr(0, colon);
+      if (name.find_first_of(" \t") != std::string_view::npos) return ReadError::kBad;
+      std::string_view value = h.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+      }
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
+        value.remove_suffix(1);
+      req.headers.emplace(std::string(name), std::string(value));
+    }
+  }
+  const std::string_view target = req.target;
+  const size_t q = target.find('?');
+  req.path = Decode(target.substr(0, q), false);
+  if (q != std::string_view::npos) ParseQuery(target.substr(q + 1), req.params);
+  req.remote_addr = c.remote_addr;
+  req.remote_port = c.remote_port;
+
+  const std::string connection = req.get_header_value("Connection");
+  keep_alive = req.version == "HTTP/1.1" ? !ListsToken(connection, "close")
+                                         : ListsToken(connection, "keep-alive");
+
+  // The body.
+  const bool chunked = ListsToken(req.get_header_value("Transfer-Encoding"), "chunked");
+  size_t length = 0;
+  if (!chunked && req.has_header("Content-Length")) {
+    const std::string text = req.get_header_value("Content-Length");
+    if (text.empty() || text.size() > 19 ||
+        !std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      return ReadError::kBad;
+    }
+    length = std::stoull(text);
+    if (length > opt.max_body_bytes) return ReadError::kTooLarge;
+  }
+  if ((chunked || length > 0) && IEquals(req.get_header_value("Expect"), "100-continue") &&
+      !HasBuffered(c)) {
+    if (!WriteAll(c, "HTTP/1.1 100 Continue\r\n\r\n")) return ReadError::kClosed;
+  }
+  if (chunked) return ReadChunkedBody(c, req.body);
+  while (c.in.size() - c.pos < length) {
+    if (!Fill(c, why)) return why == ReadError::kClosed ? ReadError::kBad : why;
+  }
+  req.body.assign(c.in, c.pos, length);
+  c.pos += length;
+  return ReadError::kNone;
+}
+
+const std::string& Server::Impl::Route(Request& req, Response& res) {
+  static const std::string kNone;
+  const std::string& method = req.method == "HEAD" ? std::string("GET") : req.method;
+  const std::string* matched = &kNone;
+  bool found = false;
+  for (const RouteEntry& r : routes) {
+    if (r.method != method || !std::regex_match(req.path, req.matches, r.pattern)) continue;
+    found = true;
+    matched = &r.text;
+    try {
+      r.handler(req, res);
+    } catch (...) {
+      res = Response();
+      res.status = 500;
+      if (exception_handler) {
+        try {
+          exception_handler(req, res, std::current_exception());
+        } catch (...) {
+        }
+      }
+    }
+    break;
+  }
+  if (res.status == -1) res.status = found ? 200 : 404;
+  if (res.status >= 400 && error_handler) {
+    try {
+      error_handler(req, res);
+    } catch (...) {
+    }
+  }
+  return *matched;
+}
+
+bool Server::Impl::WriteResponse(Conn& c, const Request& req, Response& res, bool keep_alive) {
+  const bool head_only = req.method == "HEAD";
+  const bool no_body = res.status == 204 || res.status == 304 || res.status < 200;
+  std::string out;
+  out.reserve(256 + res.body.size());
+  out += "HTTP/1.1 ";
+  out += std::to_string(res.status);
+  out += ' ';
+  out += res.reason.empty() ? ReasonPhrase(res.status) : res.reason;
+  out += "\r\n";
+  for (const auto& [name, value] : res.headers) {
+    if (IEquals(name, "Content-Length") || IEquals(name, "Connection") ||
+        IEquals(name, "Transfer-Encoding")) {
+      continue;
+    }
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
+  // What the body is: bytes held, a provider of known length, or a stream.
+  const bool provided = static_cast<bool>(res.content_provider_);
+  const bool streamed = provided && (res.is_chunked_content_provider_ || res.content_length_ == 0);
+  bool chunked = streamed && res.is_chunked_content_provider_ && req.version == "HTTP/1.1";
+  if (streamed && !chunked) keep_alive = false;  // the body ends when the connection does
+  if (!keep_alive) {
+    out += "Connection: close\r\n";
+  } else if (req.version == "HTTP/1.0") {
+    out += "Connection: keep-alive\r\n";
+  }
+  if (!no_body) {
+    if (chunked) {
+      out += "Transfer-Encoding: chunked\r\n";
+    } else if (!streamed) {
+      out += "Content-Length: ";
+      out += std::to_string(provided ? res.content_length_ : res.body.size());
+      out += "\r\n";
+    }
+  }
+  out += "\r\n";
+  if (no_body || head_only) return WriteAll(c, out) && keep_alive;
+  if (!provided) {
+    out += res.body;
+    return WriteAll(c, out);
+  }
+  if (!streamed) {
+    // A provider of known length: its bytes go out with the head, as one write.
+    httplib::DataSink sink;
+    bool ok = true;
+    sink.write = [&](const char* data, size_t n) {
+      out.append(data, n);
+      return true;
+    };
+    sink.is_writable = [] { return true; };
+    sink.done = [] {};
+    const size_t head_size = out.size();
+    size_t offset = 0;
+    while (offset < res.content_length_) {
+      if (!res.content_provider_(offset, res.content_length_ - offset, sink)) {
+        ok = false;
+        break;
+      }
+      const size_t now = out.size() - head_size;
+      if (now == offset) {  // no progress: the provider has nothing more
+        ok = false;
+        break;
+      }
+      offset = now;
+    }
+    res.content_provider_success_ = ok;
+    if (!ok || offset != res.content_length_) return false;  // the length was promised
+    return WriteAll(c, out);
+  }
+  // A stream: written as the provider gives it, in chunks or until the connection ends.
+  if (!WriteAll(c, out)) return false;
+  bool ok = true, done = false;
+  size_t offset = 0;
+  httplib::DataSink sink;
+  sink.write = [&](const char* data, size_t n) {
+    if (!ok) return false;
+    if (n == 0) return true;
+    if (chunked) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%zx\r\n", n);
+      std::string piece = size;
+      piece.append(data, n);
+      piece += "\r\n";
+      ok = WriteAll(c, piece);
+    } else {
+      ok = WriteAll(c, std::string_view(data, n));
+    }
+    offset += n;
+    return ok;
+  };
+  sink.is_writable = [&] { return ok; };
+  sink.done = [&] { done = true; };
+  while (ok && !done && !stopping) {
+    if (!res.content_provider_(offset, 0, sink)) ok = false;
+  }
+  if (ok && done && chunked) ok = WriteAll(c, "0\r\n\r\n");
+  res.content_provider_success_ = ok && done;
+  return ok && done && keep_alive;
+}
+
+void Server::Impl::WriteError(Conn& c, int status) {
+  Request req;
+  req.method = "GET";
+  req.version = "HTTP/1.1";
+  Response res;
+  res.status = status;
+  if (error_handler) {
+    try {
+      error_handler(req, res);
+    } catch (...) {
+    }
+  }
+  WriteResponse(c, req, res, false);
+}
+
+void Server::Impl::Linger(Conn& c) {
+  if (c.ssl == nullptr) ::shutdown(c.fd, SHUT_WR);
+  const auto until = SteadyClock::now() + std::chrono::seconds(5);
+  size_t dropped = 0;
+  char buf[64 << 10];
+  while (dropped < (size_t{256} << 20) && SteadyClock::now() < until) {
+    if (!WaitFor(c, POLLIN, std::chrono::milliseconds(1000))) return;
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return;
+    if (n > 0) dropped += static_cast<size_t>(n);
+  }
+}
+
+// --- Server -------------------------------------------------------------------------
+
+Server::Server(ServerOptions options) : Server(options, nullptr) {}
+
+Server::Server(ServerOptions options, SSL_CTX* ctx) : impl_(std::make_unique<Impl>(options, ctx)) {
+  impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  impl_->event_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+Server::~Server() {
+  Stop();
+  std::lock_guard lk(impl_->mu);
+  impl_->conns.clear();
+}
+
+Server& Server::Route(const std::string& method, const std::string& pattern, Handler handler) {
+  impl_->routes.push_back({method, pattern, std::regex(pattern), std::move(handler)});
+  return *this;
+}
+Server& Server::Get(const std::string& pattern, Handler h) {
+  return Route("GET", pattern, std::move(h));
+}
+Server& Server::Post(const std::string& pattern, Handler h) {
+  return Route("POST", pattern, std::move(h));
+}
+Server& Server::Put(const std::string& pattern, Handler h) {
+  return Route("PUT", pattern, std::move(h));
+}
+Server& Server::Patch(const std::string& pattern, Handler h) {
+  return Route("PATCH", pattern, std::move(h));
+}
+Server& Server::Delete(const std::string& pattern, Handler h) {
+  return Route("DELETE", pattern, std::move(h));
+}
+
+void Server::SetErrorHandler(Handler handler) { impl_->error_handler = std::move(handler); }
+void Server::SetExceptionHandler(ExceptionHandler handler) {
+  impl_->exception_handler = std::move(handler);
+}
+void Server::SetMaxBodyBytes(size_t bytes) { impl_->opt.max_body_bytes = bytes; }
+void Server::SetObserver(Observer observer) { impl_->observer = std::move(observer); }
+
+bool Server::BindToPort(const std::string& host, int port) {
+  if (impl_->listen_fd >= 0) return false;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string h = host.size() > 2 && host.front() == '[' && host.back() == ']'
+                            ? host.substr(1, host.size() - 2)
+                            : host;
+  if (::getaddrinfo(h.empty() ? nullptr : h.c_str(), std::to_string(port).c_str(), &hints,
+                    &found) != 0) {
+    return false;
+  }
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      impl_->listen_fd = fd;
+      break;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return impl_->listen_fd >= 0;
+}
+
+int Server::BindToAnyPort(const std::string& host) {
+  if (!BindToPort(host, 0)) return -1;
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+}
+
+bool Server::Serve() {
+  Impl& s = *impl_;
+  if (s.listen_fd < 0 || s.epoll_fd < 0 || s.event_fd < 0) return false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &s.listen_fd;
+  ::epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
+  ev.data.ptr = &s.event_fd;
+  ::epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.event_fd, &ev);
+  running_ = true;
+  auto last_sweep = SteadyClock::now();
+  // Idle connections are looked at this often: at most every second, and at least
+  // twice per idle timeout.
+  const auto sweep_every =
+      std::chrono::milliseconds(std::min<int64_t>(1000, s.opt.idle_timeout.count() / 2 + 1));
+  std::vector<epoll_event> events(256);
+  while (!s.stopping) {
+    const int n = ::epoll_wait(s.epoll_fd, events.data(), static_cast<int>(events.size()),
+                               static_cast<int>(sweep_every.count()));
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      void* p = events[static_cast<size_t>(i)].data.ptr;
+      if (p == &s.listen_fd) {
+        s.Accept();
+      } else if (p == &s.event_fd) {
+        uint64_t v;
+        while (::read(s.event_fd, &v, sizeof v) > 0) {
+        }
+      } else {
+        Conn* c = static_cast<Conn*>(p);
+        {
+          std::lock_guard lk(s.mu);
+          c->idle = false;
+        }
+        c->ready_at = SteadyClock::now();
+        s.Dispatch(c);
+      }
+    }
+    const auto now = SteadyClock::now();
+    if (now - last_sweep >= sweep_every) {
+      s.SweepIdle();
+      last_sweep = now;
+    }
+  }
+  ::epoll_ctl(s.epoll_fd, EPOLL_CTL_DEL, s.listen_fd, nullptr);
+  ::close(s.listen_fd);
+  s.listen_fd = -1;
+  s.CloseAllIdle();
+  s.ShutdownPool();  // in-flight requests are answered first
+  running_ = false;
+  return true;
+}
+
+void Server::Stop() {
+  impl_->stopping = true;
+  if (impl_->event_fd >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t w = ::write(impl_->event_fd, &one, sizeof one);
+  }
+}
+
+size_t Server::connections() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->conns.size();
+}
+
+size_t Server::threads() const { return impl_->worker_count.load(); }
+
+void RaiseOpenFileLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  r.rlim_cur = r.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &r);
+}
+
+}  // namespace trainyard::http

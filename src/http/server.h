@@ -1,0 +1,121 @@
+// The control plane's HTTP/1.1 server: connections wait for their next request in one
+// epoll set, and a request is handled on a worker thread from the moment its first
+// bytes arrive until its answer is written.
+//
+// Why not cpp-httplib's server: it gives every open connection a thread for as long as
+// the connection stays open, and that thread waits for the next request in a loop of
+// 10 ms polls and 1 ms sleeps. A thousand agents (a heartbeat a second each, a long
+// poll each) or 64 keep-alive clients kept hundreds of threads polling, which took more
+// CPU than the requests themselves. Here an idle connection costs a file descriptor
+// and a few hundred bytes; only requests being handled hold threads.
+//
+// Handlers may block (a long poll waits for commands, a submission for its group
+// commit): the worker pool starts a thread whenever a request would otherwise wait for
+// one, up to `max_threads`, and keeps it for later requests.
+//
+// Requests and responses are cpp-httplib's structs (httplib::Request, httplib::Response),
+// so handlers read the same as with its server: method, path (percent-decoded), params
+// (the query, decoded), headers, body, matches (of the route's pattern), remote_addr.
+// Supported: keep-alive and pipelining, Content-Length and chunked request bodies,
+// `Expect: 100-continue`, HEAD (served by the GET route, without the body), responses
+// with a body or a content provider (sized, or chunked), TLS through an OpenSSL
+// context. Not supported: multipart form parsing, byte ranges, HTTP/2, upgrades.
+//
+// Thread-safety: routes and options are set before Serve; Serve runs on one thread,
+// Stop may be called from any thread (and before Serve starts: Serve then returns at
+// once); handlers run concurrently on the worker threads.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace trainyard::http {
+
+struct ServerOptions {
+  // Request bodies larger than this are refused with 413 (before being read).
+  size_t max_body_bytes = 8 << 20;
+  // The request line and headers together.
+  size_t max_header_bytes = 64 << 10;
+  // A request being read, or an answer being written, that makes no progress for this
+  // long is given up and its connection closed.
+  std::chrono::milliseconds read_timeout{60'000};
+  std::chrono::milliseconds write_timeout{60'000};
+  // A connection with no request for this long is closed.
+  std::chrono::milliseconds idle_timeout{120'000};
+  // Worker threads: started on demand, kept once started.
+  size_t max_threads = 4096;
+};
+
+class Server {
+ public:
+  using Request = httplib::Request;
+  using Response = httplib::Response;
+  using Handler = std::function<void(const Request&, Response&)>;
+  using ExceptionHandler = std::function<void(const Request&, Response&, std::exception_ptr)>;
+  // Told of every answer written: the route's pattern as registered ("" when no route
+  // matched), and how long the request took from its first bytes' arrival (including
+  // any wait for a worker) until its answer was written.
+  using Observer = std::function<void(const Request&, const Response&, const std::string& route,
+                                      std::chrono::nanoseconds took)>;
+
+  explicit Server(ServerOptions options = {});
+  // HTTPS: the server takes `ctx` (a server context with its certificate and key).
+  Server(ServerOptions options, SSL_CTX* ctx);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Routes: `pattern` is an ECMAScript regular expression the whole path must match;
+  // the first route registered that matches is used. HEAD requests use the GET routes.
+  Server& Get(const std::string& pattern, Handler handler);
+  Server& Post(const std::string& pattern, Handler handler);
+  Server& Put(const std::string& pattern, Handler handler);
+  Server& Patch(const std::string& pattern, Handler handler);
+  Server& Delete(const std::string& pattern, Handler handler);
+  Server& Route(const std::string& method, const std::string& pattern, Handler handler);
+
+  // Called for an answer with status >= 400 (a handler's, or the server's own 400,
+  // 404, 413, 431): it may fill in the body.
+  void SetErrorHandler(Handler handler);
+  // Called when a handler throws; without one the answer is a bare 500.
+  void SetExceptionHandler(ExceptionHandler handler);
+  void SetMaxBodyBytes(size_t bytes);
+  // Called on the worker thread after each answer; must be quick and thread-safe.
+  void SetObserver(Observer observer);
+
+  // Binds and listens (backlog SOMAXCONN, SO_REUSEADDR). BindToAnyPort returns the port
+  // the kernel picked, or -1; BindToPort false when the port cannot be had.
+  int BindToAnyPort(const std::string& host);
+  bool BindToPort(const std::string& host, int port);
+  // Serves until Stop; returns false when not bound. In-flight requests are finished
+  // (their answers written) before Serve returns.
+  bool Serve();
+  void Stop();
+  bool running() const { return running_.load(); }
+  // Connections open now, idle or busy (for tests and metrics).
+  size_t connections() const;
+  // Worker threads started so far.
+  size_t threads() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> running_{false};
+};
+
+// Raises this process's soft limit on open files to its hard limit: each connection is a
+// descriptor, and the usual soft limit (1024) is below a thousand agents' connections.
+void RaiseOpenFileLimit();
+
+}  // namespace trainyard::http
