@@ -192,6 +192,44 @@ def _submit_worker(url, threads, count, tag, go, out):
     out.put((t0, time.monotonic(), lat, bad[0]))
 
 
+def _native_submit_client(trainyard):
+    """bench/submit_load of the same build as `trainyard` (Release builds with benchmarks
+    on), or None."""
+    path = os.path.join(os.path.dirname(trainyard), "bench", "submit_load")
+    return path if os.access(path, os.X_OK) else None
+
+
+def bench_submit_native(trainyard, work, clients, jobs):
+    """The same submissions from bench/submit_load (C++, one thread per keep-alive
+    connection): the server's figure with a client that costs it little CPU."""
+    native = _native_submit_client(trainyard)
+    if native is None:
+        print("submit (native client): no bench/submit_load beside the binary; skipped",
+              flush=True)
+        return
+    p, url = start(trainyard, ["server"] + no_rate_limit(trainyard), f"{work}/submit-native",
+                   f"{work}/submit-native.log")
+    try:
+        u = urllib.parse.urlsplit(url)
+        token = _tokens.get(u.netloc, "")
+        body = json.dumps({"name": "bench-native", "resources": {"gpus": 1},
+                           "command": ["/bin/true"]})
+        out = ""
+        for n in (min(1000, jobs), jobs):  # a short warm-up, then the measured burst
+            cpu0 = _proc_cpu_s(p.pid)
+            out = subprocess.run([native, url, token, str(clients), str(n), body],
+                                 capture_output=True, text=True, check=True).stdout
+            cpu1 = _proc_cpu_s(p.pid)
+        r = json.loads(out)
+        print(f"submit (native client): {r['jobs']} jobs from {clients} keep-alive connections "
+              f"(1 process) in {r['seconds']:.2f} s: {r['jobs_per_s']:,.0f} jobs/s acknowledged; "
+              f"request p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms; "
+              f"non-201: {r['non_201']}, no answer: {r['errors']}; server CPU "
+              f"{(cpu1 - cpu0) / r['seconds'] * 100:.0f}% of one core", flush=True)
+    finally:
+        stop(p)
+
+
 def bench_submit(trainyard, work, clients, jobs):
     p, url = start(trainyard, ["server"] + no_rate_limit(trainyard), f"{work}/submit",
                    f"{work}/submit.log")
@@ -1422,6 +1460,7 @@ def main():
     try:
         if "submit" in only:
             bench_submit(trainyard, work, args.clients, args.jobs)
+            bench_submit_native(trainyard, work, args.clients, args.jobs)
         if "list" in only:
             bench_list(trainyard, work, args.list_jobs)
         if "latency" in only:

@@ -825,6 +825,10 @@ struct Call {
   Principal who;
   std::string object;  // "job/42"
   std::string tenant;  // the object's tenant, if it has one
+  // The request's audit entry as far as known before the handler (who, what, from
+  // where); a handler that commits it with its own change sets `audited`.
+  AuditEntry audit;
+  bool audited = false;
 };
 
 ordered_json RenderUser(const User& u) {
@@ -1002,6 +1006,10 @@ std::vector<RouteInfo> InstallApi(http::Server& server, Cluster& cluster, LogSto
     add(method, pattern, [&access, method, handler, audited](const Request& req, Response& res) {
       Call call;
       auto p = access.Authenticate(req.get_header_value("Authorization"));
+      call.audit.actor = p.ok() ? p->Actor() : "anonymous";
+      call.audit.token_id = p.ok() ? p->token_id : "";
+      call.audit.action = req.method + " " + req.path.substr(0, 256);
+      call.audit.source = req.remote_addr + ":" + std::to_string(req.remote_port);
       if (p.ok()) {
         call.who = std::move(*p);
         if (Status s = access.Admit(call.who); !s.ok()) {
@@ -1025,14 +1033,10 @@ std::vector<RouteInfo> InstallApi(http::Server& server, Cluster& cluster, LogSto
       } else {
         SendError(res, p.status());
       }
-      if (method == "GET" || (!audited && res.status < 400)) return;
-      AuditEntry e;
-      e.actor = p.ok() ? call.who.Actor() : "anonymous";
-      e.token_id = call.who.token_id;
+      if (method == "GET" || (!audited && res.status < 400) || call.audited) return;
+      AuditEntry e = std::move(call.audit);
       e.tenant = call.tenant;
-      e.action = req.method + " " + req.path.substr(0, 256);
       e.object = call.object;
-      e.source = req.remote_addr + ":" + std::to_string(req.remote_port);
       e.status = res.status;
       if (res.status >= 400) {
         json body = json::parse(res.body, nullptr, false);
@@ -1114,13 +1118,17 @@ std::vector<RouteInfo> InstallApi(http::Server& server, Cluster& cluster, LogSto
          }
          SubmitOptions so;
          so.may_create_queues = admin;
-         auto ids = cluster.Submit(std::move(parsed->specs), who.Actor(), so);
+         so.audit = call.audit;
+         so.audit->tenant = call.tenant;
+         so.audit->status = 201;
+         auto ids = cluster.Submit(std::move(parsed->specs), who.Actor(), std::move(so));
          if (!ids.ok() && ids.status().code() == StatusCode::kResourceExhausted) {
            // The tenant's limit of unfinished jobs: retry once some have finished.
            res.set_header("Retry-After", "10");
            return SendJson(res, 429, {{"error", ids.status().message()}});
          }
          if (!ids.ok()) return SendError(res, ids.status());
+         call.audited = true;  // committed with the jobs
          call.object = "job/" + std::to_string(ids->front());
          ordered_json out = {{"id", ids->front()}, {"ids", *ids}, {"warnings", parsed->warnings}};
          SendJson(res, 201, out);

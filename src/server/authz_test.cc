@@ -965,6 +965,33 @@ TEST_F(AuthzTest, ChangesAndRefusalsAreAudited) {
   EXPECT_EQ(json::parse(body)["entries"].size(), 1u);
 }
 
+// A submission's entry is committed with its jobs (one commit, not two), and reads the
+// same as any other: who, what, which job, from where, how it ended.
+TEST_F(AuthzTest, ASubmissionIsAuditedOnceWithItsJob) {
+  std::string body;
+  ASSERT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"]})"}, &body),
+            201)
+      << body;
+  const std::string id = std::to_string(json::parse(body)["id"].get<int64_t>());
+  EXPECT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"], "replicas": 0})"}),
+            400);
+  ASSERT_EQ(Call("GET", tokens_["admin"], {"/api/v1/audit?limit=100", ""}, &body), 200) << body;
+  const json entries = json::parse(body)["entries"];
+  ASSERT_EQ(entries.size(), 2u) << body;
+  EXPECT_EQ(entries[0]["actor"], "user:vision-member");
+  EXPECT_EQ(entries[0]["action"], "POST /api/v1/jobs");
+  EXPECT_EQ(entries[0]["object"], "job/" + id);
+  EXPECT_EQ(entries[0]["tenant"], kTenant);
+  EXPECT_EQ(entries[0]["status"], 201);
+  EXPECT_EQ(entries[0]["message"], "");
+  EXPECT_THAT(entries[0]["source"].get<std::string>(), HasSubstr("127.0.0.1:"));
+  EXPECT_EQ(entries[1]["actor"], "user:vision-member");
+  EXPECT_EQ(entries[1]["status"], 400);
+  EXPECT_THAT(entries[1]["message"].get<std::string>(), HasSubstr("replicas"));
+}
+
 TEST_F(AuthzTest, BadUserAndTokenRequestsNameTheField) {
   std::string body;
   EXPECT_EQ(Call("POST", tokens_["admin"], {"/api/v1/users", R"({"name": "Bad Name"})"}, &body),

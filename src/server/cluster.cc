@@ -814,6 +814,12 @@ void Cluster::Impl::CommitGroup(std::vector<SubmitRequest*>& group) {
       ids.push_back(job.id);
       jobs.push_back(std::move(job));
     }
+    if (r->options.audit) {
+      AuditEntry e = std::move(*r->options.audit);
+      e.time = now;
+      e.object = "job/" + std::to_string(ids.front());
+      batch.AppendAudit(std::move(e));
+    }
     r->result = std::move(ids);
   }
   if (Status s = store_->Commit(batch); !s.ok()) return fail_all(s);

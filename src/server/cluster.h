@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/auth.h"
 #include "core/job.h"
 #include "core/node.h"
 #include "core/status.h"
@@ -163,6 +164,11 @@ struct SubmitOptions {
   // Whether queues (and tenants) the specs name may be created (when the cluster's
   // auto_create_queues allows it at all). The API allows it to cluster admins only.
   bool may_create_queues = true;
+  // The audit log's entry for this request, committed in the jobs' own transaction when
+  // they are accepted (object set to the first job, time to the commit's), so that an
+  // audited submission costs one commit, not two. Not written when they are refused:
+  // the caller records the refusal itself.
+  std::optional<AuditEntry> audit;
 };
 
 struct RegisterReply {
