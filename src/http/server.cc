@@ -236,6 +236,8 @@ struct Server::Impl {
 
   // --- I/O with deadlines (the sockets are non-blocking) ---------------------------
   bool WaitFor(Conn& c, short events, std::chrono::milliseconds timeout);
+  // Whether the connection's next request arrives within opt.next_request_wait.
+  bool WaitForNext(Conn& c);
   // Reads more bytes into c.in; false at end of stream, on error or timeout.
   bool Fill(Conn& c, ReadError& why);
   bool WriteAll(Conn& c, std::string_view data);
@@ -445,8 +447,8 @@ void Server::Impl::Serve(Conn* c) {
     const bool written = WriteResponse(*c, req, res, keep_alive);
     if (observer) observer(req, res, route, SteadyClock::now() - began);
     if (!written || !keep_alive) return Close(c);
-    if (!HasBuffered(*c)) return Park(c);
-    // Pipelined: the next request is already here.
+    if (!HasBuffered(*c) && !WaitForNext(*c)) return Park(c);
+    // The next request is here (pipelined, or sent on the heels of the answer).
   }
 }
 
@@ -460,6 +462,15 @@ bool Server::Impl::WaitFor(Conn& c, short events, std::chrono::milliseconds time
     if (n == 0) return false;
     if (errno != EINTR) return false;
   }
+}
+
+bool Server::Impl::WaitForNext(Conn& c) {
+  if (opt.next_request_wait.count() <= 0 || stopping) return false;
+  pollfd p{c.fd, POLLIN, 0};
+  const int64_t ns = std::chrono::nanoseconds(opt.next_request_wait).count();
+  const timespec wait{static_cast<time_t>(ns / 1'000'000'000),
+                      static_cast<long>(ns % 1'000'000'000)};
+  return ::ppoll(&p, 1, &wait, nullptr) > 0;
 }
 
 bool Server::Impl::Fill(Conn& c, ReadError& why) {

@@ -2222,15 +2222,21 @@ Result<PassStats> Cluster::Impl::ApplyLocked(
     return &it->second;
   };
   // GPUs held by open attempts now, per node, so that a bind never lands on one.
+  // Gathered at the first bind: a pass that binds nothing (a flood of submissions
+  // waiting for GPUs) does not walk every job for it.
   std::map<std::string, std::set<int>> used;
-  for (const auto& [id, e] : jobs_) {
-    if (const Attempt* a = e.job.CurrentAttempt()) {
-      for (size_t r = 0; r < a->nodes.size() && r < a->gpus.size(); ++r) {
-        used[a->nodes[r]].insert(a->gpus[r].begin(), a->gpus[r].end());
+  bool used_gathered = false;
+  auto placeable = [&](const sched::Bind& bind) {
+    if (!used_gathered) {
+      used_gathered = true;
+      for (const auto& [id, e] : jobs_) {
+        if (const Attempt* a = e.job.CurrentAttempt()) {
+          for (size_t r = 0; r < a->nodes.size() && r < a->gpus.size(); ++r) {
+            used[a->nodes[r]].insert(a->gpus[r].begin(), a->gpus[r].end());
+          }
+        }
       }
     }
-  }
-  auto placeable = [&](const sched::Bind& bind) {
     std::map<std::string, std::set<int>> taking;
     for (const auto& p : bind.replicas) {
       auto n = nodes_.find(p.node);
