@@ -1,8 +1,8 @@
-// Response compression the server controls. cpp-httplib compresses a response body
-// itself when the client accepts it, and prefers brotli at its slowest quality: about
-// 250 ms for uPlot's 145 KB on the build machine, paid on every request. The server
-// instead gzips at a level it picks (static files once, at start; API bodies at level
-// 1) and hands httplib bytes it leaves alone (SendCompressed).
+// Response compression the server controls: gzip at a level it picks (static files
+// once, at start; API bodies at level 1), sent as the body's bytes (SendCompressed).
+// The HTTP server (http/server.h) never compresses by itself. (cpp-httplib's server,
+// used before it, compressed bodies it held with brotli at its slowest quality: about
+// 250 ms for uPlot's 145 KB on the build machine, paid on every request.)
 //
 // Thread-safety: free functions without shared state.
 #pragma once
@@ -30,8 +30,7 @@ std::string Gzip(std::string_view bytes, int level);
 // Sets the response to `bytes` of `content_type`, gzipped (`gzipped`, when not empty,
 // is that already made; else it is made at `level`) when the request accepts gzip, the
 // type is compressible and the body is at least kMinCompressBytes; otherwise as is.
-// Either way httplib sends the bytes unchanged: it compresses only bodies it holds, and
-// these go through a content provider of known length. Adds Vary: Accept-Encoding.
+// The bytes go through a content provider of known length. Adds Vary: Accept-Encoding.
 inline constexpr size_t kMinCompressBytes = 1024;
 void SendCompressed(const httplib::Request& req, httplib::Response& res, std::string bytes,
                     std::string_view content_type, std::string gzipped = {}, int level = 1);
