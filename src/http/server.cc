@@ -489,6 +489,7 @@ bool Server::Impl::Fill(Conn& c, ReadError& why) {
         return true;
       }
       const int e = SSL_get_error(c.ssl, r);
+      if (e == SSL_ERROR_SYSCALL && errno == EINTR) continue;
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         if (!WaitFor(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, opt.read_timeout)) {
           why = ReadError::kTimeout;
@@ -531,6 +532,7 @@ bool Server::Impl::WriteAll(Conn& c, std::string_view data) {
         continue;
       }
       const int e = SSL_get_error(c.ssl, r);
+      if (e == SSL_ERROR_SYSCALL && errno == EINTR) continue;
       if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) &&
           WaitFor(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, opt.write_timeout)) {
         continue;
@@ -559,6 +561,7 @@ bool Server::Impl::Handshake(Conn& c) {
     const int r = SSL_accept(c.ssl);
     if (r == 1) return true;
     const int e = SSL_get_error(c.ssl, r);
+    if (e == SSL_ERROR_SYSCALL && errno == EINTR) continue;  // a signal; try again
     if ((e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) &&
         WaitFor(c, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, opt.read_timeout)) {
       continue;
