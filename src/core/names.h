@@ -28,6 +28,10 @@ std::string ClosestMatch(std::string_view word, const std::vector<std::string_vi
 // CSV fields).
 std::string_view TrimBlanks(std::string_view s);
 
+// Whether `a` and `b` are equal but for the case of ASCII letters (HTTP header names
+// and tokens).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
 // True when `s` is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool IsValidUtf8(std::string_view s);
 // Byte offset of the first malformed UTF-8 sequence, or npos.

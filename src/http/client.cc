@@ -24,17 +24,12 @@
 #include <mutex>
 #include <optional>
 
+#include "core/names.h"
+
 namespace trainyard::http {
 namespace {
 
 constexpr size_t kMaxHeaderBytes = 64 * 1024;
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 std::string Errno(int e) { return std::strerror(e); }
 
@@ -42,15 +37,16 @@ std::string Errno(int e) { return std::strerror(e); }
 // libcrypto.so.3) at run time. Declarations come from the headers, so a signature
 // that does not match the library's fails to compile.
 struct OpenSsl {
-#define TY_SSL_FUNCTIONS(X)                                                                        \
-  X(TLS_client_method)                                                                             \
-  X(SSL_CTX_new)                                                                                   \
-  X(SSL_CTX_free) X(SSL_CTX_set_verify) X(SSL_CTX_load_verify_locations)                           \
-      X(SSL_CTX_set_default_verify_paths) X(SSL_CTX_get0_param) X(SSL_CTX_ctrl) X(SSL_new)         \
-          X(SSL_free) X(SSL_set_fd) X(SSL_ctrl) X(SSL_set1_host) X(SSL_connect) X(SSL_read)        \
-              X(SSL_write) X(SSL_shutdown) X(SSL_get_error) X(SSL_get_verify_result)               \
-                  X(X509_verify_cert_error_string) X(X509_VERIFY_PARAM_set_flags) X(ERR_get_error) \
-                      X(ERR_error_string_n) X(ERR_clear_error)
+#define TY_SSL_FUNCTIONS(X)                                                                  \
+  X(TLS_client_method)                                                                       \
+  X(SSL_CTX_new)                                                                             \
+  X(SSL_CTX_free)                                                                            \
+  X(SSL_CTX_set_verify) X(SSL_CTX_load_verify_locations) X(SSL_CTX_set_default_verify_paths) \
+      X(SSL_CTX_get0_param) X(SSL_CTX_ctrl) X(SSL_new) X(SSL_free) X(SSL_set_fd) X(SSL_ctrl) \
+          X(SSL_set1_host) X(SSL_connect) X(SSL_read) X(SSL_write) X(SSL_shutdown)           \
+              X(SSL_get_error) X(SSL_get_verify_result) X(X509_verify_cert_error_string)     \
+                  X(X509_VERIFY_PARAM_set_flags) X(ERR_get_error) X(ERR_error_string_n)      \
+                      X(ERR_clear_error)
 #define TY_DECLARE(name) decltype(&::name) name = nullptr;
   TY_SSL_FUNCTIONS(TY_DECLARE)
 #undef TY_DECLARE
@@ -492,11 +488,7 @@ struct Client::Impl {
                             (pos == std::string::npos ? head.size() : pos) - start);
       const size_t colon = line.find(':');
       if (colon == std::string_view::npos) continue;
-      std::string_view value = line.substr(colon + 1);
-      while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
-        value.remove_prefix(1);
-      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
-        value.remove_suffix(1);
+      const std::string_view value = TrimBlanks(line.substr(colon + 1));
       res.headers.emplace_back(std::string(line.substr(0, colon)), std::string(value));
     }
     if (EqualsIgnoreCase(res.Header("Connection"), "close")) keep = false;

@@ -13,13 +13,6 @@
 namespace trainyard::http {
 namespace {
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 // The q-value of one Accept-Encoding element's parameters ("q=0.5"); 1 without one.
 double QValue(std::string_view params) {
   while (!params.empty()) {
@@ -47,7 +40,7 @@ bool AcceptsGzip(std::string_view accept_encoding) {
     size_t semi = element.find(';');
     std::string_view coding = TrimBlanks(element.substr(0, semi));
     const double q = semi == std::string_view::npos ? 1.0 : QValue(element.substr(semi + 1));
-    if (EqualsNoCase(coding, "gzip") || EqualsNoCase(coding, "x-gzip")) {
+    if (EqualsIgnoreCase(coding, "gzip") || EqualsIgnoreCase(coding, "x-gzip")) {
       gzip_named = true;
       gzip = gzip || q > 0;
     } else if (coding == "*") {

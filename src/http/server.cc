@@ -28,6 +28,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/names.h"
+
 namespace trainyard::http {
 namespace {
 
@@ -90,24 +92,11 @@ const char* ReasonPhrase(int status) {
   }
 }
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  }
-  return true;
-}
-
 // Whether a comma-separated header value lists `token` (any case).
 bool ListsToken(std::string_view value, std::string_view token) {
   while (!value.empty()) {
     const size_t comma = value.find(',');
-    std::string_view item = value.substr(0, comma);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (IEquals(item, token)) return true;
+    if (EqualsIgnoreCase(TrimBlanks(value.substr(0, comma)), token)) return true;
     if (comma == std::string_view::npos) break;
     value.remove_prefix(comma + 1);
   }
@@ -671,12 +660,7 @@ ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive) {
       if (colon == std::string_view::npos || colon == 0) return ReadError::kBad;
       std::string_view name = h.substr(0, colon);
       if (name.find_first_of(" \t") != std::string_view::npos) return ReadError::kBad;
-      std::string_view value = h.substr(colon + 1);
-      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
-        value.remove_prefix(1);
-      }
-      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
-        value.remove_suffix(1);
+      const std::string_view value = TrimBlanks(h.substr(colon + 1));
       req.headers.emplace(std::string(name), std::string(value));
     }
   }
@@ -703,7 +687,7 @@ ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive) {
     length = std::stoull(text);
     if (length > opt.max_body_bytes) return ReadError::kTooLarge;
   }
-  if ((chunked || length > 0) && IEquals(req.get_header_value("Expect"), "100-continue") &&
+  if ((chunked || length > 0) && EqualsIgnoreCase(req.get_header_value("Expect"), "100-continue") &&
       !HasBuffered(c)) {
     if (!WriteAll(c, "HTTP/1.1 100 Continue\r\n\r\n")) return ReadError::kClosed;
   }
@@ -760,8 +744,8 @@ bool Server::Impl::WriteResponse(Conn& c, const Request& req, Response& res, boo
   out += res.reason.empty() ? ReasonPhrase(res.status) : res.reason;
   out += "\r\n";
   for (const auto& [name, value] : res.headers) {
-    if (IEquals(name, "Content-Length") || IEquals(name, "Connection") ||
-        IEquals(name, "Transfer-Encoding")) {
+    if (EqualsIgnoreCase(name, "Content-Length") || EqualsIgnoreCase(name, "Connection") ||
+        EqualsIgnoreCase(name, "Transfer-Encoding")) {
       continue;
     }
     out += name;
