@@ -410,6 +410,12 @@ void Server::Impl::Serve(Conn* c) {
   for (bool first = true;; first = false) {
     // A pipelined request counts from when the one before it was answered.
     const SteadyClock::time_point began = first ? c->ready_at : SteadyClock::now();
+    // Requests already used are dropped from the buffer: a client that keeps sending
+    // never lets the connection park (where it would be compacted too).
+    if (c->pos > 0) {
+      c->in.erase(0, c->pos);
+      c->pos = 0;
+    }
     Request req;
     bool keep_alive = true;
     const ReadError err = ReadRequest(*c, req, keep_alive);
