@@ -462,7 +462,50 @@ std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangReque
 
 // A replica with no GPUs fits on any schedulable node with the CPUs and memory.
 // same-nvlink means nothing without GPUs and is read as same-node.
-std::optional<GangPlacement> PlaceCpuOnly(const NodeIndex& index, const GangRequest& req) {
+// Replicas of no GPUs one at a time where their CPUs and memory strand the least GPU
+// capacity: with the mix, where taking them adds the least fragmentation (FGD places
+// CPU-only tasks by the same measure); without, on the node with the fewest GPUs
+// free (nodes whose GPUs are all taken, or that have none, first). Ties to node order.
+std::optional<GangPlacement> PlaceCpuOnlyAway(const NodeIndex& index, const GangRequest& req,
+                                              const WorkloadMix* mix) {
+  const Shape& shape = req.shape;
+  std::vector<int> on_node(static_cast<size_t>(index.NodeCount()), 0);
+  std::array<int, 64> rooms{};
+  GangPlacement out;
+  while (static_cast<int>(out.replicas.size()) < req.max_replicas) {
+    int best = -1;
+    std::pair<double, int> best_key{0, 0};
+    for (int n = 0; n < index.NodeCount(); ++n) {
+      const int k = on_node[static_cast<size_t>(n)];
+      if (Excluded(req, n) || index.ReplicasFit(n, shape) <= k) continue;
+      const NodeSlot& s = index.slot(n);
+      int room = 0;
+      for (int g = 0; g < s.gpu_count; ++g) {
+        rooms[g] = index.ShareRoom(n, g);
+        room += rooms[g];
+      }
+      std::pair<double, int> key{0, room};
+      if (mix != nullptr && room > 0) {
+        const std::span<const int> node_rooms(rooms.data(), static_cast<size_t>(s.gpu_count));
+        const int64_t cpu = s.free_cpu - shape.cpu * k, mem = s.free_mem - shape.mem * k;
+        key.first = Fragmentation(*mix, s.type, node_rooms, cpu - shape.cpu, mem - shape.mem) -
+                    Fragmentation(*mix, s.type, node_rooms, cpu, mem);
+      }
+      if (best < 0 || key < best_key) {
+        best = n;
+        best_key = key;
+      }
+    }
+    if (best < 0) break;
+    ++on_node[static_cast<size_t>(best)];
+    out.replicas.emplace_back(best, 0);
+  }
+  if (static_cast<int>(out.replicas.size()) < shape.replicas) return std::nullopt;
+  return out;
+}
+
+std::optional<GangPlacement> PlaceCpuOnly(const NodeIndex& index, const GangRequest& req,
+                                          const PlacementStyle& style) {
   const TopologyConstraint c = req.topology.constraint;
   if (c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink) {
     for (int n = 0; n < index.NodeCount(); ++n) {
@@ -484,6 +527,8 @@ std::optional<GangPlacement> PlaceCpuOnly(const NodeIndex& index, const GangRequ
     }
     if (req.topology.hard) return std::nullopt;
   }
+  if (style.best_fit)
+    return PlaceCpuOnlyAway(index, req, style.fragmentation ? style.mix : nullptr);
   Builder b(index, req);
   for (int n = 0; n < index.NodeCount() && !b.full(); ++n) b.AddNode(n);
   return b.Result();
@@ -552,7 +597,7 @@ std::optional<GangPlacement> PlaceGang(const NodeIndex& index, const GangRequest
   if (request.shape.replicas <= 0 || request.max_replicas < request.shape.replicas) {
     return std::nullopt;
   }
-  if (request.shape.gpus <= 0) return PlaceCpuOnly(index, request);
+  if (request.shape.gpus <= 0) return PlaceCpuOnly(index, request, style);
   if (request.shape.gpus > 64) return std::nullopt;
   // Shares: one walk over the nodes of every allowed type, so that a share fills the
   // best shared GPU of any type (trying the smallest pools first left more GPUs idle on

@@ -248,6 +248,70 @@ TEST(ScheduleTest, SharesOfOneGpuPackAndLeaveWholeGpusWhole) {
   }
 }
 
+// Replicas of no GPUs keep off free GPUs: first fit takes node order; best fit the
+// node with the fewest GPUs free; fragmentation the node where their CPUs strand the
+// least GPU capacity for the mix (a node whose last CPUs a 1-GPU job needs is avoided
+// even when it has fewer GPUs free).
+TEST(ScheduleTest, CpuOnlyJobsKeepOffFreeGpus) {
+  auto cpu_only = [](JobId id, int replicas, int64_t milli_cpus) {
+    PendingJob j = Pending(id, replicas, 0, id);
+    j.per_replica.milli_cpus = milli_cpus;
+    return j;
+  };
+  auto running = [](JobId id, const std::string& node, std::vector<int> gpus, int64_t milli_cpus) {
+    RunningJob r;
+    r.id = id;
+    r.tenant = r.queue = "default";
+    r.per_replica.gpus = static_cast<int>(gpus.size());
+    r.per_replica.milli_cpus = milli_cpus;
+    r.replicas = {{node, std::move(gpus)}};
+    r.start_time = T(0);
+    return r;
+  };
+  auto placed_on = [](const Policy& p, const Snapshot& s) {
+    Decisions d = Schedule(s, p);
+    std::vector<std::string> nodes;
+    if (d.binds.size() == 1) {
+      for (const auto& r : d.binds[0].replicas) nodes.push_back(r.node);
+    }
+    return nodes;
+  };
+  using V = std::vector<std::string>;
+  {
+    // n0: both GPUs free; n1: one of two taken; n2: both taken.
+    Snapshot s;
+    s.now = T(100);
+    for (const char* n : {"n0", "n1", "n2"}) s.nodes.push_back(MakeNode(n, 2));
+    s.running = {running(1, "n1", {0}, 8'000), running(2, "n2", {0, 1}, 8'000)};
+    s.pending = {cpu_only(3, 3, 40'000)};
+    Policy p;
+    p.preemption = "none";
+    p.placement = "first-fit";
+    EXPECT_EQ(placed_on(p, s), (V{"n0", "n0", "n1"}));
+    // Two fit on n2 (88 CPUs free, 40 each); the third goes where one GPU is free.
+    for (const char* placement : {"best-fit", "fragmentation", "topology"}) {
+      p.placement = placement;
+      EXPECT_EQ(placed_on(p, s), (V{"n2", "n2", "n1"})) << placement;
+    }
+  }
+  {
+    // n1 has one GPU free and 8 CPUs: a 4-CPU job there would leave its GPU unusable
+    // to the 1-GPU, 8-CPU jobs of the mix; n0 has two GPUs free and CPUs to spare.
+    Snapshot s;
+    s.now = T(100);
+    s.nodes = {MakeNode("n0", 2), MakeNode("n1", 2)};
+    s.nodes[1].milli_cpus = 16'000;
+    s.running = {running(1, "n1", {0}, 8'000)};
+    s.pending = {cpu_only(2, 1, 4'000)};
+    Policy p;
+    p.preemption = "none";
+    p.placement = "best-fit";
+    EXPECT_EQ(placed_on(p, s), V{"n1"});
+    p.placement = "fragmentation";
+    EXPECT_EQ(placed_on(p, s), V{"n0"});
+  }
+}
+
 // A gang of shares keeps to one node under a hard same-node constraint, and spreads
 // by best fit without one.
 TEST(ScheduleTest, AGangOfSharesKeepsItsTopologyConstraint) {
