@@ -464,8 +464,11 @@ std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangReque
 // same-nvlink means nothing without GPUs and is read as same-node.
 // Replicas of no GPUs one at a time where their CPUs and memory strand the least GPU
 // capacity: with the mix, where taking them adds the least fragmentation (FGD places
-// CPU-only tasks by the same measure); without, on the node with the fewest GPUs
-// free (nodes whose GPUs are all taken, or that have none, first). Ties to node order.
+// CPU-only tasks by the same measure), then where they would add the least to the
+// node with all its GPUs free (running jobs end: a full node whose CPUs a big kind of
+// the mix needs is kept for it); then, and without the mix, on the node with the
+// fewest GPUs free (nodes whose GPUs are all taken, or that have none, first). Ties
+// to node order.
 std::optional<GangPlacement> PlaceCpuOnlyAway(const NodeIndex& index, const GangRequest& req,
                                               const WorkloadMix* mix) {
   const Shape& shape = req.shape;
@@ -474,7 +477,7 @@ std::optional<GangPlacement> PlaceCpuOnlyAway(const NodeIndex& index, const Gang
   GangPlacement out;
   while (static_cast<int>(out.replicas.size()) < req.max_replicas) {
     int best = -1;
-    std::pair<double, int> best_key{0, 0};
+    std::tuple<double, double, int> best_key{0, 0, 0};
     for (int n = 0; n < index.NodeCount(); ++n) {
       const int k = on_node[static_cast<size_t>(n)];
       if (Excluded(req, n) || index.ReplicasFit(n, shape) <= k) continue;
@@ -484,12 +487,23 @@ std::optional<GangPlacement> PlaceCpuOnlyAway(const NodeIndex& index, const Gang
         rooms[g] = index.ShareRoom(n, g);
         room += rooms[g];
       }
-      std::pair<double, int> key{0, room};
+      std::tuple<double, double, int> key{0, 0, room};
       if (mix != nullptr && room > 0) {
         const std::span<const int> node_rooms(rooms.data(), static_cast<size_t>(s.gpu_count));
         const int64_t cpu = s.free_cpu - shape.cpu * k, mem = s.free_mem - shape.mem * k;
-        key.first = Fragmentation(*mix, s.type, node_rooms, cpu - shape.cpu, mem - shape.mem) -
-                    Fragmentation(*mix, s.type, node_rooms, cpu, mem);
+        std::get<0>(key) =
+            Fragmentation(*mix, s.type, node_rooms, cpu - shape.cpu, mem - shape.mem) -
+            Fragmentation(*mix, s.type, node_rooms, cpu, mem);
+      }
+      if (mix != nullptr && s.gpu_count > 0) {
+        std::array<int, 64> whole{};
+        whole.fill(kWholeGpu);
+        const std::span<const int> all(whole.data(), static_cast<size_t>(s.gpu_count));
+        const Node& node = index.snapshot().nodes[static_cast<size_t>(s.node)];
+        const int64_t cpu = node.milli_cpus - shape.cpu * k,
+                      mem = node.memory_bytes - shape.mem * k;
+        std::get<1>(key) = Fragmentation(*mix, s.type, all, cpu - shape.cpu, mem - shape.mem) -
+                           Fragmentation(*mix, s.type, all, cpu, mem);
       }
       if (best < 0 || key < best_key) {
         best = n;

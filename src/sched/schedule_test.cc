@@ -310,6 +310,26 @@ TEST(ScheduleTest, CpuOnlyJobsKeepOffFreeGpus) {
     p.placement = "fragmentation";
     EXPECT_EQ(placed_on(p, s), V{"n0"});
   }
+  {
+    // Every GPU taken. The mix has an 8-GPU kind that needs 120 CPUs, which only n0
+    // (128 CPUs) could give once its jobs end: fragmentation keeps n0 for it, best fit
+    // takes node order.
+    Snapshot s;
+    s.now = T(100);
+    s.nodes = {MakeNode("n0", 8), MakeNode("n1", 8)};
+    s.nodes[0].milli_cpus = 128'000;
+    s.running = {running(1, "n0", {0, 1, 2, 3, 4, 5, 6, 7}, 8'000),
+                 running(2, "n1", {0, 1, 2, 3, 4, 5, 6, 7}, 8'000)};
+    PendingJob big = Pending(3, 1, 8, 3);
+    big.per_replica.milli_cpus = 120'000;
+    s.pending = {big, cpu_only(4, 1, 10'000)};
+    Policy p;
+    p.preemption = "none";
+    p.placement = "best-fit";
+    EXPECT_EQ(placed_on(p, s), V{"n0"});
+    p.placement = "fragmentation";
+    EXPECT_EQ(placed_on(p, s), V{"n1"});
+  }
 }
 
 // A gang of shares keeps to one node under a hard same-node constraint, and spreads
