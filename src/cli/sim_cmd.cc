@@ -172,10 +172,86 @@ class ProgressBar {
   std::string label_;
 };
 
+// The trace's source without directories, so that output does not depend on them.
+std::string SourceName(const sim::Trace& trace) {
+  std::string source = trace.source;
+  if (auto slash = source.rfind('/'); slash != std::string::npos) {
+    source = source.substr(0, source.find(':') + 1) + source.substr(slash + 1);
+  }
+  return source;
+}
+
 int64_t PeakRssKib() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss;
+}
+
+// Options of the replay that mean nothing to the fill experiment, which has no time
+// and where nothing ends: an error naming the first one given.
+Status CheckFillOptions(const SimCommandOptions& o) {
+  const SimCommandOptions defaults;
+  struct Clash {
+    const char* flag;
+    bool given;
+  };
+  for (Clash c :
+       {Clash{"--load-factor", o.load_factor != defaults.load_factor},
+        Clash{"--mtbf-hours", o.gpu_mtbf_hours != defaults.gpu_mtbf_hours},
+        Clash{"--pressure", o.pressure_per_hour != defaults.pressure_per_hour},
+        Clash{"--time-limit-factor", o.time_limit_factor != defaults.time_limit_factor}}) {
+    if (c.given) {
+      return InvalidArgument(std::string("--fill: cannot be combined with ") + c.flag +
+                             " (in the fill experiment jobs arrive one by one and never end)");
+    }
+  }
+  return Status::Ok();
+}
+
+int RunFill(const SimCommandOptions& options, const std::vector<std::string>& policies,
+            const sim::Trace& trace, const sim::ClusterSpec& cluster, std::ostream& out,
+            std::ostream& err) {
+  std::vector<sim::FillResult> results;
+  for (const std::string& p : policies) {
+    sim::FillOptions o;
+    o.policy = p;
+    o.ratio = options.fill;
+    o.seed = options.seed;
+    o.gpu_sharing = options.gpu_sharing;
+    auto start = std::chrono::steady_clock::now();
+    auto r = sim::SimulateFill(trace, cluster, o);
+    if (!r.ok()) {
+      err << "trainyard sim: " << r.status().message() << "\n";
+      return r.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    }
+    r->summary.wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r->summary.peak_rss_kib = PeakRssKib();
+    results.push_back(std::move(*r));
+  }
+  if (options.output == "json") {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& r : results) list.push_back(sim::FillSummaryJson(r.summary));
+    out << list.dump(2) << "\n";
+  } else {
+    std::vector<sim::FillSummary> rows;
+    for (const auto& r : results) rows.push_back(r.summary);
+    out << "fill experiment: " << SourceName(trace) << " to " << options.fill * 100
+        << "% of the GPUs of " << cluster.nodes.size() << " nodes";
+    if (options.node_fraction != 1.0) out << " (node fraction " << options.node_fraction << ")";
+    out << ", seed " << options.seed << "\n" << sim::RenderFillTable(rows);
+  }
+  for (const auto& r : results) {
+    err << r.summary.policy << ": " << r.summary.passes << " passes in " << r.summary.wall_s
+        << " s, peak RSS " << r.summary.peak_rss_kib / 1024 << " MiB\n";
+  }
+  if (!options.report_dir.empty()) {
+    if (Status s = sim::WriteFillReport(options.report_dir, results); !s.ok()) {
+      err << "trainyard sim: " << s.message() << "\n";
+      return kExitFailure;
+    }
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -196,6 +272,9 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
       policies.push_back(p);
     }
     if (policies.empty()) return fail(InvalidArgument("--policies: give at least one policy"));
+  }
+  if (options.fill != 0) {
+    if (Status s = CheckFillOptions(options); !s.ok()) return fail(s);
   }
   sim::SimOptions base;
   base.load_factor = options.load_factor;
@@ -232,6 +311,7 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
     if (!cluster.ok()) return fail(cluster.status());
   }
   for (const auto& w : trace->warnings) err << "warning: " << w << "\n";
+  if (options.fill != 0) return RunFill(options, policies, *trace, *cluster, out, err);
 
   const bool bar = options.progress && isatty(STDERR_FILENO);
   std::vector<sim::SimResult> results;
@@ -262,11 +342,8 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
   } else {
     std::vector<sim::SimSummary> rows;
     for (const auto& r : results) rows.push_back(r.summary);
-    std::string source = trace->source;  // without directories, so output does not depend on them
-    if (auto slash = source.rfind('/'); slash != std::string::npos) {
-      source = source.substr(0, source.find(':') + 1) + source.substr(slash + 1);
-    }
-    out << source << ": " << trace->jobs.size() << " jobs on " << cluster->nodes.size() << " nodes";
+    out << SourceName(*trace) << ": " << trace->jobs.size() << " jobs on " << cluster->nodes.size()
+        << " nodes";
     if (options.node_fraction != 1.0) out << " (node fraction " << options.node_fraction << ")";
     out << ", load factor " << options.load_factor << "\n";
     out << sim::RenderTable(rows);
@@ -350,6 +427,10 @@ void AddSimCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostrea
   cmd->add_flag("!--no-gpu-sharing", o->gpu_sharing,
                 "Give a job that asks for a share of one GPU (gpu_milli) a whole GPU");
   cmd->add_flag("!--no-progress", o->progress, "No progress bar");
+  cmd->add_option("--fill", o->fill,
+                  "Instead of a replay, FGD's fill experiment: jobs drawn from the trace\n"
+                  "(seeded by --seed) arrive one by one and never end until their GPUs reach\n"
+                  "X times the cluster's (1.3: 130 %); reports the GPUs left free");
   cmd->callback([o, &exit_code, &out, &err] { exit_code = RunSim(*o, out, err); });
 }
 

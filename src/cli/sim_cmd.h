@@ -42,6 +42,7 @@ struct SimCommandOptions {
   std::string restart_overhead = "1m";
   bool gpu_sharing = true;  // shares of one GPU as the trace asks; false: whole GPUs
   bool progress = true;     // a progress bar when standard error is a terminal
+  double fill = 0;          // > 0: the fill experiment to this demand (sim::FillOptions::ratio)
 };
 
 int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& err);

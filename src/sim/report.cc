@@ -32,6 +32,32 @@ std::string Span(double s) {
 
 double Ms(Duration d) { return static_cast<double>(d.count()) / 1000.0; }
 
+// Rows of cells as aligned columns: the first left-aligned (names), the others right.
+std::string AlignColumns(const std::vector<std::vector<std::string>>& cells) {
+  std::vector<size_t> width;
+  for (const auto& row : cells) {
+    width.resize(std::max(width.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : cells) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      std::string pad(width[c] - row[c].size(), ' ');
+      out += c == 0 ? row[c] + pad : "  " + pad + row[c];
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+Status MakeReportDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return InvalidArgument("--report: cannot create directory " + dir + ": " +
+                           std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string RenderTable(const std::vector<SimSummary>& rows) {
@@ -48,20 +74,7 @@ std::string RenderTable(const std::vector<SimSummary>& rows) {
                      std::to_string(s.preemptions), Fixed(s.lost_gpu_hours, 1), Fixed(s.ettr, 3),
                      std::to_string(s.never_started), Fixed(s.jain_fairness, 3)});
   }
-  std::vector<size_t> width(header.size(), 0);
-  for (const auto& row : cells) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  std::string out;
-  for (const auto& row : cells) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      std::string cell = row[c];
-      std::string pad(width[c] - cell.size(), ' ');
-      out += c == 0 ? cell + pad : "  " + pad + cell;  // names left, numbers right
-    }
-    out += "\n";
-  }
-  return out;
+  return AlignColumns(cells);
 }
 
 nlohmann::ordered_json SummaryJson(const SimSummary& s) {
@@ -93,10 +106,7 @@ nlohmann::ordered_json SummaryJson(const SimSummary& s) {
 }
 
 Status WriteReport(const std::string& dir, const std::vector<SimResult>& results) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return InvalidArgument("--report: cannot create directory " + dir + ": " +
-                           std::strerror(errno));
-  }
+  TY_RETURN_IF_ERROR(MakeReportDir(dir));
   for (const SimResult& r : results) {
     const std::string path = dir + "/jobs-" + r.summary.policy + ".csv";
     std::ofstream f(path);
@@ -156,6 +166,68 @@ Status WriteReport(const std::string& dir, const std::vector<SimResult>& results
   co.y_max = 1;
   co.step = true;
   return WriteLineChartPng(dir + "/jct-cdf.png", cdf, co);
+}
+
+std::string RenderFillTable(const std::vector<FillSummary>& rows) {
+  std::vector<std::vector<std::string>> cells = {{"policy", "jobs", "placed", "failed",
+                                                  "first failure at", "free GPUs at 100%",
+                                                  "free GPUs at end", "allocated at end"}};
+  for (const FillSummary& s : rows) {
+    const double cap = s.capacity_gpus > 0 ? s.capacity_gpus : 1;
+    auto gpus = [&](double v) {
+      return v < 0 ? std::string("-") : Fixed(v, 1) + " (" + Fixed(100 * v / cap, 2) + "%)";
+    };
+    cells.push_back(
+        {s.policy, std::to_string(s.jobs), std::to_string(s.placed), std::to_string(s.failed),
+         s.first_failure_arrived < 0 ? "-" : Fixed(100 * s.first_failure_arrived, 1) + "%",
+         gpus(s.unallocated_gpus_at_capacity), gpus(s.unallocated_gpus_end),
+         Fixed(100 * s.gpu_alloc_ratio_end, 2) + "%"});
+  }
+  return AlignColumns(cells);
+}
+
+nlohmann::ordered_json FillSummaryJson(const FillSummary& s) {
+  nlohmann::ordered_json j;
+  j["policy"] = s.policy;
+  j["jobs"] = s.jobs;
+  j["placed"] = s.placed;
+  j["failed"] = s.failed;
+  j["capacity_gpus"] = s.capacity_gpus;
+  j["arrived_gpus"] = s.arrived_gpus;
+  j["first_failure_arrived"] = s.first_failure_arrived;
+  j["unallocated_gpus_at_capacity"] = s.unallocated_gpus_at_capacity;
+  j["unallocated_gpus_end"] = s.unallocated_gpus_end;
+  j["gpu_alloc_ratio_end"] = s.gpu_alloc_ratio_end;
+  j["passes"] = s.passes;
+  return j;
+}
+
+Status WriteFillReport(const std::string& dir, const std::vector<FillResult>& results) {
+  TY_RETURN_IF_ERROR(MakeReportDir(dir));
+  std::vector<Series> free;
+  for (const FillResult& r : results) {
+    const std::string path = dir + "/fill-" + r.summary.policy + ".csv";
+    std::ofstream f(path);
+    if (!f) return InvalidArgument("--report: cannot write " + path + ": " + std::strerror(errno));
+    f << "arrival,job,placed,arrived_gpus,allocated_gpus\n";
+    const double cap = r.summary.capacity_gpus > 0 ? r.summary.capacity_gpus : 1;
+    Series s{r.summary.policy, {}, {}};
+    for (size_t i = 0; i < r.curve.size(); ++i) {
+      const FillPoint& p = r.curve[i];
+      f << i + 1 << ',' << p.job << ',' << (p.placed ? 1 : 0) << ',' << Fixed(p.arrived_gpus, 3)
+        << ',' << Fixed(p.allocated_gpus, 3) << '\n';
+      s.x.push_back(100 * p.arrived_gpus / cap);
+      s.y.push_back(100 * (cap - p.allocated_gpus) / cap);
+    }
+    if (!f) return Internal("--report: writing " + path + " failed");
+    free.push_back(std::move(s));
+  }
+  ChartOptions o;
+  o.title = "Free GPUs as demand arrives (fill experiment)";
+  o.x_label = "demand arrived (% of the cluster's GPUs)";
+  o.y_label = "free GPUs (% of the cluster's)";
+  o.y_max = 100;
+  return WriteLineChartPng(dir + "/fill.png", free, o);
 }
 
 }  // namespace trainyard::sim

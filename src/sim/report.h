@@ -25,4 +25,14 @@ nlohmann::ordered_json SummaryJson(const SimSummary& s);
 // DIR/queue-length.png and DIR/jct-cdf.png comparing the policies.
 Status WriteReport(const std::string& dir, const std::vector<SimResult>& results);
 
+// The fill experiment (FillOptions): its table, its JSON (policy, jobs, placed, failed,
+// capacity_gpus, arrived_gpus, first_failure_arrived, unallocated_gpus_at_capacity,
+// unallocated_gpus_end, gpu_alloc_ratio_end, passes) and its report: DIR/fill-POLICY.csv
+// (each arrival: the job, whether it was placed, demand arrived and GPUs allocated) and
+// DIR/fill.png (free GPUs against demand arrived, both as % of the cluster's GPUs, one line per
+// policy).
+std::string RenderFillTable(const std::vector<FillSummary>& rows);
+nlohmann::ordered_json FillSummaryJson(const FillSummary& s);
+Status WriteFillReport(const std::string& dir, const std::vector<FillResult>& results);
+
 }  // namespace trainyard::sim

@@ -132,6 +132,26 @@ std::string FormatNumber(double v) {
   return buf;
 }
 
+// A job's GPUs in thousandths, as the fill experiment counts its demand: a share of
+// one GPU counts as that share when shares are kept.
+// The whole GPUs a replica of `t` holds: a share of one GPU is on one GPU.
+int64_t ReplicaGpus(const TraceJob& t) {
+  return t.gpus_per_replica > 0 ? t.gpus_per_replica : (t.gpu_milli > 0 ? 1 : 0);
+}
+
+// The share of one GPU a replica of `t` takes (thousandths), 0 for whole GPUs: a
+// replica of one GPU asking for less than all of it, when shares are kept.
+int32_t ReplicaShare(const TraceJob& t, bool gpu_sharing) {
+  const bool share =
+      gpu_sharing && ReplicaGpus(t) == 1 && t.gpu_milli > 0 && t.gpu_milli < sched::kWholeGpu;
+  return share ? t.gpu_milli : 0;
+}
+
+int64_t FillDemand(const TraceJob& t, bool gpu_sharing) {
+  const int32_t share = ReplicaShare(t, gpu_sharing);
+  return ReplicaGpus(t) * t.replicas * (share > 0 ? share : sched::kWholeGpu);
+}
+
 class Simulator {
  public:
   Simulator(const Trace& trace, const ClusterSpec& cluster, const SimOptions& options,
@@ -168,6 +188,54 @@ class Simulator {
       if (opt_.progress && ++progress_counter_ % 4096 == 0) opt_.progress(now_, trace_end_);
     }
     return Finish();
+  }
+
+  // The fill experiment (FillOptions): the trace's jobs arrive in order, one pass
+  // each, and stay; a job the pass does not start fails. Events (completions) are
+  // never processed: nothing ends.
+  FillResult RunFill() {
+    Setup();
+    FillResult out;
+    FillSummary& s = out.summary;
+    s.policy = std::string(entry_.name);
+    s.capacity_gpus = static_cast<double>(total_gpus_);
+    int64_t arrived_milli = 0;
+    out.curve.reserve(order_.size());
+    for (size_t i : order_) {
+      SimJob& j = jobs_[i];
+      now_ = j.submit;
+      Arrive(i);
+      Pass();
+      arrived_milli += FillDemand(*j.trace, opt_.gpu_sharing);
+      if (j.state == JobState::kPending) {  // not placed by its pass
+        if (entry_.mode == Mode::kPods) {
+          RemovePendingPods(i);  // pods already placed keep their GPUs, as in Kubernetes
+        } else {
+          RemovePending(j.id);
+        }
+        j.state = JobState::kRejected;
+        --pending_count_;
+      }
+      const double arrived = static_cast<double>(arrived_milli) / sched::kWholeGpu;
+      const double allocated = static_cast<double>(allocated_milli_) / sched::kWholeGpu;
+      if (j.state == JobState::kRejected) {
+        ++s.failed;
+        if (s.first_failure_arrived < 0) s.first_failure_arrived = arrived / s.capacity_gpus;
+      } else {
+        ++s.placed;
+      }
+      if (s.unallocated_gpus_at_capacity < 0 && arrived >= s.capacity_gpus) {
+        s.unallocated_gpus_at_capacity = s.capacity_gpus - allocated;
+      }
+      out.curve.push_back({j.trace->id, j.state != JobState::kRejected, arrived, allocated});
+    }
+    s.jobs = static_cast<int64_t>(order_.size());
+    s.arrived_gpus = static_cast<double>(arrived_milli) / sched::kWholeGpu;
+    const double allocated = static_cast<double>(allocated_milli_) / sched::kWholeGpu;
+    s.unallocated_gpus_end = s.capacity_gpus - allocated;
+    s.gpu_alloc_ratio_end = s.capacity_gpus > 0 ? allocated / s.capacity_gpus : 0;
+    s.passes = passes_;
+    return out;
   }
 
  private:
@@ -208,10 +276,8 @@ class Simulator {
       j.trace = &t;
       j.id = static_cast<JobId>(i + 1);
       j.submit = Duration(static_cast<int64_t>(static_cast<double>(t.submit.count()) / lf));
-      j.gpus = t.gpus_per_replica > 0 ? t.gpus_per_replica : (t.gpu_milli > 0 ? 1 : 0);
-      if (opt_.gpu_sharing && j.gpus == 1 && t.gpu_milli > 0 && t.gpu_milli < sched::kWholeGpu) {
-        j.share = t.gpu_milli;
-      }
+      j.gpus = ReplicaGpus(t);
+      j.share = ReplicaShare(t, opt_.gpu_sharing);
       auto pc = classes.find(t.priority_class);
       j.priority = pc != classes.end() ? pc->second.value : 100;
       j.preemptible = pc != classes.end() ? pc->second.preemptible : true;
@@ -987,6 +1053,61 @@ Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
     }
   }
   return Simulator(input, cluster, options, std::move(entry)).Run();
+}
+
+Result<FillResult> SimulateFill(const Trace& trace, const ClusterSpec& cluster,
+                                const FillOptions& options) {
+  TY_ASSIGN_OR_RETURN(PolicyEntry entry, FindPolicy(options.policy));
+  entry.policy.preemption = "none";  // jobs that never end: nothing to make room for
+  if (!(options.ratio > 0) || !std::isfinite(options.ratio) || options.ratio > 100) {
+    return InvalidArgument(
+        "--fill: must be the demand to bring, as a multiple of the cluster's GPUs, "
+        "above 0 and at most 100 (1.3: 130 %), got " +
+        FormatNumber(options.ratio));
+  }
+  if (cluster.nodes.empty()) return InvalidArgument("cluster: has no nodes");
+  int64_t capacity_milli = 0;
+  for (const Node& n : cluster.nodes) {
+    capacity_milli += static_cast<int64_t>(n.gpus.size()) * sched::kWholeGpu;
+  }
+  if (capacity_milli == 0) return InvalidArgument("cluster: has no GPUs");
+  int64_t trace_milli = 0;
+  for (const TraceJob& j : trace.jobs) {
+    if (j.replicas < 1 || j.gpus_per_replica < 0) {
+      return InvalidArgument("trace job " + j.id + ": replicas must be >= 1 and gpus >= 0");
+    }
+    trace_milli += FillDemand(j, options.gpu_sharing);
+  }
+  if (trace_milli == 0) {
+    return InvalidArgument(
+        "--fill: the trace's jobs ask for no GPUs, so none can fill the cluster");
+  }
+  // The trace shuffled, then jobs drawn from it at random, until the demand is reached.
+  std::mt19937_64 rng(options.seed ^ 0x66696c6cull);
+  std::vector<size_t> shuffled(trace.jobs.size());
+  for (size_t i = 0; i < shuffled.size(); ++i) shuffled[i] = i;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  std::uniform_int_distribution<size_t> draw(0, trace.jobs.size() - 1);
+  const auto target =
+      static_cast<int64_t>(std::ceil(static_cast<double>(capacity_milli) * options.ratio));
+  Trace input;
+  input.source = trace.source;
+  int64_t demand = 0;
+  for (size_t k = 0; demand < target; ++k) {
+    const bool drawn = k >= shuffled.size();
+    TraceJob j = trace.jobs[drawn ? draw(rng) : shuffled[k]];
+    if (drawn) j.id += "#" + std::to_string(k);
+    j.submit = Duration(static_cast<int64_t>(input.jobs.size()));  // one a millisecond
+    j.duration = std::chrono::hours(24 * 365 * 100);               // never reached
+    j.time_limit = Duration(0);
+    demand += FillDemand(j, options.gpu_sharing);
+    input.jobs.push_back(std::move(j));
+  }
+  SimOptions o;
+  o.policy = options.policy;
+  o.gpu_sharing = options.gpu_sharing;
+  o.schedule_interval = Duration(1);
+  return Simulator(input, cluster, o, std::move(entry)).RunFill();
 }
 
 }  // namespace trainyard::sim

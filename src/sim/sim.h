@@ -139,6 +139,57 @@ struct SimResult {
   std::vector<SeriesPoint> series;
 };
 
+// The fill experiment of FGD ("Beware of Fragmentation", ATC'23): how much of the
+// cluster a placement policy can allocate before fragmentation leaves the GPUs that
+// are still free unusable. Jobs are drawn from the trace (all of it, in an order
+// shuffled with `seed`, then more drawn at random from it as needed) until the GPUs
+// they ask for reach `ratio` times the cluster's GPUs; they arrive one after another,
+// each gets one scheduling pass of its own (the same sched::Schedule, preemption
+// off), and one that is not placed by it fails and is gone. Nothing ever ends, so the
+// free GPUs left are those the packing could not use. A job's demand is its GPUs
+// (shares as fractions of one); jobs of no GPUs (CPU-only pods) arrive too and take
+// CPUs and memory.
+struct FillOptions {
+  std::string policy = "trainyard";
+  double ratio = 1.3;  // > 0: arrivals stop once the demand reaches ratio x capacity
+  uint64_t seed = 1;
+  bool gpu_sharing = true;  // as SimOptions::gpu_sharing
+};
+
+struct FillPoint {
+  std::string job;            // the job that arrived (a drawn copy's id ends in "#N")
+  bool placed = false;        // whether its pass placed it
+  double arrived_gpus = 0;    // demand of the jobs arrived so far, failed ones included
+  double allocated_gpus = 0;  // held by the jobs placed so far
+};
+
+struct FillSummary {
+  std::string policy;
+  int64_t jobs = 0;  // arrived
+  int64_t placed = 0;
+  int64_t failed = 0;
+  double capacity_gpus = 0;
+  double arrived_gpus = 0;
+  // Demand arrived (fraction of capacity) when the first job failed; -1: none failed.
+  double first_failure_arrived = -1;
+  // Free GPUs when the demand arrived first reached the cluster's capacity (FGD's
+  // "unallocated GPUs"; -1 when ratio < 1 never got there), and at the end.
+  double unallocated_gpus_at_capacity = -1;
+  double unallocated_gpus_end = 0;
+  double gpu_alloc_ratio_end = 0;  // allocated / capacity at the end
+  int64_t passes = 0;
+  double wall_s = 0;  // filled in by the caller, as SimSummary's
+  int64_t peak_rss_kib = 0;
+};
+
+struct FillResult {
+  FillSummary summary;
+  std::vector<FillPoint> curve;  // one point per arrival
+};
+
+Result<FillResult> SimulateFill(const Trace& trace, const ClusterSpec& cluster,
+                                const FillOptions& options);
+
 std::vector<std::string_view> PolicyNames();
 // The scheduler policy behind a simulator policy name; error lists valid names.
 Result<sched::Policy> PolicyFor(std::string_view name);
