@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "cli/client_cmd.h"
@@ -61,8 +63,24 @@ int ExecDaemon(const char* const* argv, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
-int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
-           AddCommandsFn add_daemon_commands) {
+namespace {
+
+// The one command RunCli builds, or empty for all of them (CommandWanted).
+thread_local std::string_view t_only_command;
+
+class OnlyCommand {
+ public:
+  explicit OnlyCommand(std::string_view name) { t_only_command = name; }
+  ~OnlyCommand() { t_only_command = {}; }
+  OnlyCommand(const OnlyCommand&) = delete;
+  OnlyCommand& operator=(const OnlyCommand&) = delete;
+};
+
+// Builds the app (every command, or only the one CommandWanted names) and runs it.
+// nullopt when only one command was wanted and no command of that name exists, so
+// that the caller builds them all for the error and its hints.
+std::optional<int> BuildAndRun(int argc, const char* const* argv, std::ostream& out,
+                               std::ostream& err, AddCommandsFn add_daemon_commands) {
   CLI::App app{
       "Trainyard: a GPU training-cluster manager.\n"
       "Gang scheduling, quotas, checkpoint-aware preemption, experiment tracking and\n"
@@ -75,28 +93,31 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 
   int exit_code = kExitOk;
   ValidateOptions validate;
-  AddValidateCommand(app, validate, exit_code, out, err);
-  AddSchedCommand(app, exit_code, out, err);
-  AddSimCommand(app, exit_code, out, err);
+  if (CommandWanted("validate")) AddValidateCommand(app, validate, exit_code, out, err);
+  if (CommandWanted("sched")) AddSchedCommand(app, exit_code, out, err);
+  if (CommandWanted("sim")) AddSimCommand(app, exit_code, out, err);
   if (add_daemon_commands != nullptr) {
     add_daemon_commands(app, exit_code, out, err);
   } else {
     // Listed in the help; running one execs trainyard-daemon before parsing.
     for (const DaemonCommand& d : kDaemonCommands) {
-      app.add_subcommand(d.name, d.about)->allow_extras()->prefix_command();
+      if (CommandWanted(d.name)) {
+        app.add_subcommand(d.name, d.about)->allow_extras()->prefix_command();
+      }
     }
   }
   AddClientCommands(app, exit_code, out, err);
   AddRunsCommands(app, exit_code, out, err);
   AddMonitorCommands(app, exit_code, out, err);
   std::string version_output = "text";
-  AddVersionCommand(app, version_output, exit_code, out);
+  if (CommandWanted("version")) AddVersionCommand(app, version_output, exit_code, out);
 
   // An unknown first word gets a hint rather than CLI11's "a subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string_view> names;
     for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      if (!t_only_command.empty()) return std::nullopt;
       err << "trainyard: unknown command " << QuoteForMessage(argv[1]);
       if (std::string hint = ClosestMatch(argv[1], names); !hint.empty()) {
         err << "; did you mean " << hint << "?";
@@ -107,7 +128,6 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       return kExitUsage;
     }
   }
-
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -131,6 +151,23 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     return kExitUsage;
   }
   return exit_code;
+}
+
+}  // namespace
+
+bool CommandWanted(std::string_view name) {
+  return t_only_command.empty() || name == t_only_command;
+}
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
+           AddCommandsFn add_daemon_commands) {
+  if (argc > 1 && argv[1][0] != '-') {
+    OnlyCommand only(argv[1]);
+    if (std::optional<int> code = BuildAndRun(argc, argv, out, err, add_daemon_commands)) {
+      return *code;
+    }
+  }
+  return *BuildAndRun(argc, argv, out, err, add_daemon_commands);
 }
 
 const char* DaemonCommandAbout(const std::string& name) {

@@ -15,6 +15,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <string_view>
 
 namespace CLI {
 class App;
@@ -52,6 +53,12 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 // (nullptr: they are only listed in the help).
 int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err,
            AddCommandsFn add_daemon_commands);
+
+// Whether the top-level command `name` is to be added to the app being built. A call
+// builds only the command typed (CLI11 building the tree of every command was a third
+// of a client call's start-up); help, errors and a bare `trainyard` build them all.
+// Every function that adds top-level commands asks this for each.
+bool CommandWanted(std::string_view name);
 
 // The data directory used when none is given: $TRAINYARD_DATA_DIR, else
 // $HOME/.trainyard, else ./.trainyard.

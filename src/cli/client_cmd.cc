@@ -18,7 +18,7 @@ namespace trainyard::cli {
 
 void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
   // --- submit ---
-  {
+  if (CommandWanted("submit")) {
     struct F {
       Common c;
       std::string file;
@@ -100,7 +100,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- jobs ---
-  {
+  if (CommandWanted("jobs")) {
     struct F {
       Common c;
       std::string state, tenant, queue, name;
@@ -166,7 +166,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- job show ---
-  {
+  if (CommandWanted("job")) {
     struct F {
       Common c;
       std::string id;
@@ -229,6 +229,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
   }
   // --- cancel / hold / release ---
   for (const std::string verb : {"cancel", "hold", "release"}) {
+    if (!CommandWanted(verb)) continue;
     struct F {
       Common c;
       std::vector<std::string> ids;
@@ -259,7 +260,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- logs ---
-  {
+  if (CommandWanted("logs")) {
     struct F {
       Common c;
       std::string id;
@@ -352,7 +353,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- profile ---
-  {
+  if (CommandWanted("profile")) {
     struct F {
       Common c;
       std::string id;
@@ -530,7 +531,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- nodes ---
-  {
+  if (CommandWanted("nodes")) {
     auto c = std::make_shared<Common>();
     CLI::App* cmd =
         app.add_subcommand("nodes", "List nodes (like sinfo): state, GPUs used/total [any role]");
@@ -622,6 +623,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   for (const std::string verb : {"cordon", "drain", "uncordon"}) {
+    if (!CommandWanted(verb)) continue;
     struct F {
       Common c;
       std::string node;
@@ -648,7 +650,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- queues ---
-  {
+  if (CommandWanted("queues")) {
     auto c = std::make_shared<Common>();
     CLI::App* cmd = app.add_subcommand(
         "queues", "List queues: guaranteed, limit, in use, borrowed, pending [any role]");
@@ -736,7 +738,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- tenants ---
-  {
+  if (CommandWanted("tenants")) {
     struct F {
       Common c;
       std::string name;
@@ -792,7 +794,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
   }
   // --- identity: whoami, users, tokens, audit ---
-  {
+  if (CommandWanted("whoami")) {
     auto c = std::make_shared<Common>();
     CLI::App* cmd =
         app.add_subcommand("whoami", "Show the user, tenant and role of your token [any role]");
@@ -811,7 +813,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
   }
-  {
+  if (CommandWanted("users")) {
     CLI::App* users =
         app.add_subcommand("users", "List and manage users (tenant-admin or cluster-admin)");
     auto lc = std::make_shared<Common>();
@@ -908,7 +910,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
   }
-  {
+  if (CommandWanted("tokens")) {
     struct F {
       Common c;
       std::string user, description, expires, id;
@@ -981,7 +983,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       });
     });
   }
-  {
+  if (CommandWanted("audit")) {
     struct F {
       Common c;
       std::string actor, tenant, object;

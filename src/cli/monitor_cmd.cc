@@ -42,135 +42,138 @@ std::string Since(const json& j, const char* key) {
 
 void AddMonitorCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
   // --- alerts ---
-  CLI::App* alerts = app.add_subcommand(
-      "alerts",
-      "Pending, firing and recently resolved alerts [any role; your tenant's and "
-      "the nodes']");
-  {
-    struct F {
-      Common c;
-      std::string state, rule, job, node;
-    };
-    auto f = std::make_shared<F>();
-    AddCommon(alerts, f->c, true);
-    alerts->add_option("--state", f->state,
-                       "Only these states: pending, firing, resolved "
-                       "(comma-separated)");
-    alerts->add_option("--rule", f->rule, "Only alerts of this rule");
-    alerts->add_option("--job", f->job, "Only alerts about this job");
-    alerts->add_option("--node", f->node, "Only alerts about this node");
-    alerts->callback([alerts, f, &exit_code, &out, &err] {
-      if (!alerts->get_subcommands().empty()) return;
-      exit_code = WithApi(f->c, err, "alerts", [&](Api& api) -> std::optional<Failure> {
-        std::string q;
-        for (auto [k, v] : {std::pair{"state", &f->state},
-                            {"rule", &f->rule},
-                            {"job", &f->job},
-                            {"node", &f->node}}) {
-          if (!v->empty()) q += (q.empty() ? "?" : "&") + std::string(k) + "=" + Enc(*v);
-        }
-        TY_CALL(res, api.Call("GET", "/api/v1/alerts" + q));
-        if (f->c.output == "json") {
-          out << res.dump() << "\n";
+  if (CommandWanted("alerts")) {
+    CLI::App* alerts = app.add_subcommand(
+        "alerts",
+        "Pending, firing and recently resolved alerts [any role; your tenant's and "
+        "the nodes']");
+    {
+      struct F {
+        Common c;
+        std::string state, rule, job, node;
+      };
+      auto f = std::make_shared<F>();
+      AddCommon(alerts, f->c, true);
+      alerts->add_option("--state", f->state,
+                         "Only these states: pending, firing, resolved "
+                         "(comma-separated)");
+      alerts->add_option("--rule", f->rule, "Only alerts of this rule");
+      alerts->add_option("--job", f->job, "Only alerts about this job");
+      alerts->add_option("--node", f->node, "Only alerts about this node");
+      alerts->callback([alerts, f, &exit_code, &out, &err] {
+        if (!alerts->get_subcommands().empty()) return;
+        exit_code = WithApi(f->c, err, "alerts", [&](Api& api) -> std::optional<Failure> {
+          std::string q;
+          for (auto [k, v] : {std::pair{"state", &f->state},
+                              {"rule", &f->rule},
+                              {"job", &f->job},
+                              {"node", &f->node}}) {
+            if (!v->empty()) q += (q.empty() ? "?" : "&") + std::string(k) + "=" + Enc(*v);
+          }
+          TY_CALL(res, api.Call("GET", "/api/v1/alerts" + q));
+          if (f->c.output == "json") {
+            out << res.dump() << "\n";
+            return std::nullopt;
+          }
+          if (res["alerts"].empty()) {
+            out << "no alerts\n";
+            return std::nullopt;
+          }
+          std::vector<std::vector<std::string>> rows = {
+              {"STATE", "ALERT", "SEVERITY", "ABOUT", "SINCE", "SUMMARY"}};
+          for (const json& a : res["alerts"]) {
+            const char* since = Str(a, "state") == "resolved" ? "ends_at"
+                                : Str(a, "state") == "firing" ? "starts_at"
+                                                              : "active_at";
+            rows.push_back({Str(a, "state"), Str(a, "rule"), Str(a["labels"], "severity"),
+                            Subject(a["labels"]), Since(a, since),
+                            Str(a["annotations"], "summary")});
+          }
+          Table(out, rows);
           return std::nullopt;
-        }
-        if (res["alerts"].empty()) {
-          out << "no alerts\n";
-          return std::nullopt;
-        }
-        std::vector<std::vector<std::string>> rows = {
-            {"STATE", "ALERT", "SEVERITY", "ABOUT", "SINCE", "SUMMARY"}};
-        for (const json& a : res["alerts"]) {
-          const char* since = Str(a, "state") == "resolved" ? "ends_at"
-                              : Str(a, "state") == "firing" ? "starts_at"
-                                                            : "active_at";
-          rows.push_back({Str(a, "state"), Str(a, "rule"), Str(a["labels"], "severity"),
-                          Subject(a["labels"]), Since(a, since), Str(a["annotations"], "summary")});
-        }
-        Table(out, rows);
-        return std::nullopt;
+        });
       });
-    });
-  }
-  {
-    struct F {
-      Common c;
-      int limit = 50;
-    };
-    auto f = std::make_shared<F>();
-    CLI::App* cmd = alerts->add_subcommand(
-        "events", "Recent alert transitions and the actions taken, newest first [any role]");
-    AddCommon(cmd, f->c, true);
-    cmd->add_option("--limit", f->limit, "At most this many")->capture_default_str();
-    cmd->callback([f, &exit_code, &out, &err] {
-      exit_code = WithApi(f->c, err, "alerts events", [&](Api& api) -> std::optional<Failure> {
-        TY_CALL(res, api.Call("GET", "/api/v1/alerts/events?limit=" + std::to_string(f->limit)));
-        if (f->c.output == "json") {
-          out << res.dump() << "\n";
+    }
+    {
+      struct F {
+        Common c;
+        int limit = 50;
+      };
+      auto f = std::make_shared<F>();
+      CLI::App* cmd = alerts->add_subcommand(
+          "events", "Recent alert transitions and the actions taken, newest first [any role]");
+      AddCommon(cmd, f->c, true);
+      cmd->add_option("--limit", f->limit, "At most this many")->capture_default_str();
+      cmd->callback([f, &exit_code, &out, &err] {
+        exit_code = WithApi(f->c, err, "alerts events", [&](Api& api) -> std::optional<Failure> {
+          TY_CALL(res, api.Call("GET", "/api/v1/alerts/events?limit=" + std::to_string(f->limit)));
+          if (f->c.output == "json") {
+            out << res.dump() << "\n";
+            return std::nullopt;
+          }
+          std::vector<std::vector<std::string>> rows = {
+              {"WHEN", "EVENT", "ALERT", "ABOUT", "DETAIL"}};
+          for (const json& e : res["events"]) {
+            rows.push_back({Since(e, "at"), Str(e, "kind"), Str(e, "rule"), Subject(e["labels"]),
+                            Str(e, "detail")});
+          }
+          Table(out, rows);
           return std::nullopt;
-        }
-        std::vector<std::vector<std::string>> rows = {
-            {"WHEN", "EVENT", "ALERT", "ABOUT", "DETAIL"}};
-        for (const json& e : res["events"]) {
-          rows.push_back({Since(e, "at"), Str(e, "kind"), Str(e, "rule"), Subject(e["labels"]),
-                          Str(e, "detail")});
-        }
-        Table(out, rows);
-        return std::nullopt;
+        });
       });
-    });
-  }
-  {
-    auto c = std::make_shared<Common>();
-    CLI::App* cmd = alerts->add_subcommand("rules", "The rules the server evaluates [any role]");
-    AddCommon(cmd, *c, true);
-    cmd->callback([c, &exit_code, &out, &err] {
-      exit_code = WithApi(*c, err, "alerts rules", [&](Api& api) -> std::optional<Failure> {
-        TY_CALL(res, api.Call("GET", "/api/v1/alerts/rules"));
-        if (c->output == "json") {
-          out << res.dump() << "\n";
+    }
+    {
+      auto c = std::make_shared<Common>();
+      CLI::App* cmd = alerts->add_subcommand("rules", "The rules the server evaluates [any role]");
+      AddCommon(cmd, *c, true);
+      cmd->callback([c, &exit_code, &out, &err] {
+        exit_code = WithApi(*c, err, "alerts rules", [&](Api& api) -> std::optional<Failure> {
+          TY_CALL(res, api.Call("GET", "/api/v1/alerts/rules"));
+          if (c->output == "json") {
+            out << res.dump() << "\n";
+            return std::nullopt;
+          }
+          std::vector<std::vector<std::string>> rows = {
+              {"RULE", "SIGNAL", "CONDITION", "FOR", "SEVERITY", "ACTION"}};
+          for (const json& r : res["rules"]) {
+            rows.push_back({Str(r, "name"), Str(r, "signal"),
+                            Str(r, "condition") + " " + Str(r, "threshold"), Str(r, "for"),
+                            Str(r, "severity"), Str(r, "action")});
+          }
+          Table(out, rows);
           return std::nullopt;
-        }
-        std::vector<std::vector<std::string>> rows = {
-            {"RULE", "SIGNAL", "CONDITION", "FOR", "SEVERITY", "ACTION"}};
-        for (const json& r : res["rules"]) {
-          rows.push_back({Str(r, "name"), Str(r, "signal"),
-                          Str(r, "condition") + " " + Str(r, "threshold"), Str(r, "for"),
-                          Str(r, "severity"), Str(r, "action")});
-        }
-        Table(out, rows);
-        return std::nullopt;
+        });
       });
-    });
-  }
-  {
-    auto file = std::make_shared<std::string>();
-    CLI::App* cmd = alerts->add_subcommand(
-        "check", "Validate an alert rules file against the built-in rules, offline");
-    cmd->add_option("file", *file, "Rules file (YAML)")->required();
-    cmd->callback([file, &exit_code, &out, &err] {
-      std::ifstream in(*file);
-      if (!in) {
-        err << "trainyard alerts check: cannot read " << *file << "\n";
-        exit_code = kExitFailure;
-        return;
-      }
-      std::stringstream text;
-      text << in.rdbuf();
-      auto rules = monitor::LoadRules(monitor::DefaultRulesYaml(), text.str(), *file);
-      if (!rules.ok()) {
-        err << rules.status().message() << "\n";
-        exit_code = kExitUsage;
-        return;
-      }
-      out << *file << ": ok, " << rules->rules.size() << " rules (" << rules->disabled.size()
-          << " built-in disabled)\n";
-      exit_code = kExitOk;
-    });
+    }
+    {
+      auto file = std::make_shared<std::string>();
+      CLI::App* cmd = alerts->add_subcommand(
+          "check", "Validate an alert rules file against the built-in rules, offline");
+      cmd->add_option("file", *file, "Rules file (YAML)")->required();
+      cmd->callback([file, &exit_code, &out, &err] {
+        std::ifstream in(*file);
+        if (!in) {
+          err << "trainyard alerts check: cannot read " << *file << "\n";
+          exit_code = kExitFailure;
+          return;
+        }
+        std::stringstream text;
+        text << in.rdbuf();
+        auto rules = monitor::LoadRules(monitor::DefaultRulesYaml(), text.str(), *file);
+        if (!rules.ok()) {
+          err << rules.status().message() << "\n";
+          exit_code = kExitUsage;
+          return;
+        }
+        out << *file << ": ok, " << rules->rules.size() << " rules (" << rules->disabled.size()
+            << " built-in disabled)\n";
+        exit_code = kExitOk;
+      });
+    }
   }
 
   // --- diagnose ---
-  {
+  if (CommandWanted("diagnose")) {
     struct F {
       Common c;
       std::string id;
@@ -201,6 +204,7 @@ void AddMonitorCommands(CLI::App& app, int& exit_code, std::ostream& out, std::o
   }
 
   // --- fault ---
+  if (!CommandWanted("fault")) return;
   CLI::App* fault =
       app.add_subcommand("fault",
                          "Inject simulated faults into nodes, for demos and tests (docs/faults.md) "
