@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/app.h"
@@ -187,9 +188,39 @@ int64_t PeakRssKib() {
   return ru.ru_maxrss;
 }
 
-// Options of the replay that mean nothing to the fill experiment, which has no time
-// and where nothing ends: an error naming the first one given.
+// Runs `run(policy)` for each policy in turn, recording in each result's summary what
+// the run cost (wall time, peak RSS so far). On a failure: prints it, returns its exit
+// status.
+template <typename R, typename Run>
+std::optional<int> RunPolicies(const std::vector<std::string>& policies, std::ostream& err,
+                               std::vector<R>& results, Run&& run) {
+  for (const std::string& p : policies) {
+    auto start = std::chrono::steady_clock::now();
+    Result<R> r = run(p);
+    if (!r.ok()) {
+      err << "trainyard sim: " << p << ": " << r.status().message() << "\n";
+      return r.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    }
+    r->summary.wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r->summary.peak_rss_kib = PeakRssKib();
+    results.push_back(std::move(*r));
+  }
+  return std::nullopt;
+}
+
+// The results' summaries as a JSON list, one object per policy.
+template <typename R, typename ToJson>
+void PrintJsonList(const std::vector<R>& results, ToJson&& to_json, std::ostream& out) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& r : results) list.push_back(to_json(r.summary));
+  out << list.dump(2) << "\n";
+}
+
+// A bad --fill, or an option of the replay that means nothing to the fill experiment
+// (it has no time and nothing ends): an error naming it.
 Status CheckFillOptions(const SimCommandOptions& o) {
+  TY_RETURN_IF_ERROR(sim::ValidateFillRatio(o.fill));
   const SimCommandOptions defaults;
   struct Clash {
     const char* flag;
@@ -212,27 +243,18 @@ int RunFill(const SimCommandOptions& options, const std::vector<std::string>& po
             const sim::Trace& trace, const sim::ClusterSpec& cluster, std::ostream& out,
             std::ostream& err) {
   std::vector<sim::FillResult> results;
-  for (const std::string& p : policies) {
-    sim::FillOptions o;
-    o.policy = p;
-    o.ratio = options.fill;
-    o.seed = options.seed;
-    o.gpu_sharing = options.gpu_sharing;
-    auto start = std::chrono::steady_clock::now();
-    auto r = sim::SimulateFill(trace, cluster, o);
-    if (!r.ok()) {
-      err << "trainyard sim: " << r.status().message() << "\n";
-      return r.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-    }
-    r->summary.wall_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r->summary.peak_rss_kib = PeakRssKib();
-    results.push_back(std::move(*r));
+  if (auto failed = RunPolicies(policies, err, results, [&](const std::string& p) {
+        sim::FillOptions o;
+        o.policy = p;
+        o.ratio = options.fill;
+        o.seed = options.seed;
+        o.gpu_sharing = options.gpu_sharing;
+        return sim::SimulateFill(trace, cluster, o);
+      })) {
+    return *failed;
   }
   if (options.output == "json") {
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const auto& r : results) list.push_back(sim::FillSummaryJson(r.summary));
-    out << list.dump(2) << "\n";
+    PrintJsonList(results, sim::FillSummaryJson, out);
   } else {
     std::vector<sim::FillSummary> rows;
     for (const auto& r : results) rows.push_back(r.summary);
@@ -315,30 +337,22 @@ int RunSim(const SimCommandOptions& options, std::ostream& out, std::ostream& er
 
   const bool bar = options.progress && isatty(STDERR_FILENO);
   std::vector<sim::SimResult> results;
-  for (const std::string& p : policies) {
-    sim::SimOptions o = base;
-    o.policy = p;
-    std::unique_ptr<ProgressBar> progress;
-    if (bar) {
-      progress = std::make_unique<ProgressBar>(err, p);
-      o.progress = [&progress](Duration now, Duration end) { progress->Update(now, end); };
-    }
-    auto start = std::chrono::steady_clock::now();
-    auto r = sim::Simulate(*trace, *cluster, o);
-    if (progress) progress->Done();
-    if (!r.ok()) {
-      err << "trainyard sim: " << p << ": " << r.status().message() << "\n";
-      return r.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-    }
-    r->summary.wall_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r->summary.peak_rss_kib = PeakRssKib();
-    results.push_back(std::move(*r));
+  if (auto failed = RunPolicies(policies, err, results, [&](const std::string& p) {
+        sim::SimOptions o = base;
+        o.policy = p;
+        std::unique_ptr<ProgressBar> progress;
+        if (bar) {
+          progress = std::make_unique<ProgressBar>(err, p);
+          o.progress = [&progress](Duration now, Duration end) { progress->Update(now, end); };
+        }
+        auto r = sim::Simulate(*trace, *cluster, o);
+        if (progress) progress->Done();
+        return r;
+      })) {
+    return *failed;
   }
   if (options.output == "json") {
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const auto& r : results) list.push_back(sim::SummaryJson(r.summary));
-    out << list.dump(2) << "\n";
+    PrintJsonList(results, sim::SummaryJson, out);
   } else {
     std::vector<sim::SimSummary> rows;
     for (const auto& r : results) rows.push_back(r.summary);

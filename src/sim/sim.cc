@@ -1055,16 +1055,21 @@ Result<SimResult> Simulate(const Trace& trace, const ClusterSpec& cluster,
   return Simulator(input, cluster, options, std::move(entry)).Run();
 }
 
+Status ValidateFillRatio(double ratio) {
+  if (!(ratio > 0) || !std::isfinite(ratio) || ratio > 100) {
+    return InvalidArgument(
+        "--fill: must be the demand to bring, as a multiple of the cluster's GPUs, "
+        "above 0 and at most 100 (1.3: 130 %), got " +
+        FormatNumber(ratio));
+  }
+  return Status::Ok();
+}
+
 Result<FillResult> SimulateFill(const Trace& trace, const ClusterSpec& cluster,
                                 const FillOptions& options) {
   TY_ASSIGN_OR_RETURN(PolicyEntry entry, FindPolicy(options.policy));
   entry.policy.preemption = "none";  // jobs that never end: nothing to make room for
-  if (!(options.ratio > 0) || !std::isfinite(options.ratio) || options.ratio > 100) {
-    return InvalidArgument(
-        "--fill: must be the demand to bring, as a multiple of the cluster's GPUs, "
-        "above 0 and at most 100 (1.3: 130 %), got " +
-        FormatNumber(options.ratio));
-  }
+  TY_RETURN_IF_ERROR(ValidateFillRatio(options.ratio));
   if (cluster.nodes.empty()) return InvalidArgument("cluster: has no nodes");
   int64_t capacity_milli = 0;
   for (const Node& n : cluster.nodes) {

@@ -189,6 +189,8 @@ struct FillResult {
 
 Result<FillResult> SimulateFill(const Trace& trace, const ClusterSpec& cluster,
                                 const FillOptions& options);
+// The error SimulateFill gives for a bad FillOptions::ratio (naming --fill), or OK.
+Status ValidateFillRatio(double ratio);
 
 std::vector<std::string_view> PolicyNames();
 // The scheduler policy behind a simulator policy name; error lists valid names.
