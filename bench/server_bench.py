@@ -401,6 +401,12 @@ def bench_slurm(trainyard, work, runs, n):
 
 # --- heartbeat ---------------------------------------------------------------------------
 
+class NoAnswerError(ConnectionError):
+    """The server closed a connection without answering the request sent on it. An
+    OSError, so that the fail-over agents treat it as any other request that got no
+    answer (a leader killed mid-request, a standby stopping as it takes the lease)."""
+
+
 async def _agent_post(host, port, token, path, body):
     """One request the way `trainyard agent` makes it (cpp-httplib's client without
     keep-alive): a new connection, `Connection: close`. Returns (status, body bytes)."""
@@ -414,8 +420,8 @@ async def _agent_post(host, port, token, path, body):
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
-            raise RuntimeError(f"{path}: the server closed the connection without an answer "
-                               f"({len(e.partial)} bytes)") from e
+            raise NoAnswerError(f"{path}: the server closed the connection without an answer "
+                                f"({len(e.partial)} bytes)") from e
         lines = head.decode("latin-1").split("\r\n")
         length = 0
         for line in lines[1:]:
