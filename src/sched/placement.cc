@@ -460,8 +460,6 @@ std::optional<GangPlacement> PlaceOfType(const NodeIndex& index, const GangReque
   return PlaceInLeaves(index, req, type, all);
 }
 
-// A replica with no GPUs fits on any schedulable node with the CPUs and memory.
-// same-nvlink means nothing without GPUs and is read as same-node.
 // Replicas of no GPUs one at a time where their CPUs and memory strand the least GPU
 // capacity: with the mix, where taking them adds the least fragmentation (FGD places
 // CPU-only tasks by the same measure), then where they would add the least to the
@@ -518,6 +516,8 @@ std::optional<GangPlacement> PlaceCpuOnlyAway(const NodeIndex& index, const Gang
   return out;
 }
 
+// A replica with no GPUs fits on any schedulable node with the CPUs and memory.
+// same-nvlink means nothing without GPUs and is read as same-node.
 std::optional<GangPlacement> PlaceCpuOnly(const NodeIndex& index, const GangRequest& req,
                                           const PlacementStyle& style) {
   const TopologyConstraint c = req.topology.constraint;

@@ -132,8 +132,6 @@ std::string FormatNumber(double v) {
   return buf;
 }
 
-// A job's GPUs in thousandths, as the fill experiment counts its demand: a share of
-// one GPU counts as that share when shares are kept.
 // The whole GPUs a replica of `t` holds: a share of one GPU is on one GPU.
 int64_t ReplicaGpus(const TraceJob& t) {
   return t.gpus_per_replica > 0 ? t.gpus_per_replica : (t.gpu_milli > 0 ? 1 : 0);
@@ -147,6 +145,8 @@ int32_t ReplicaShare(const TraceJob& t, bool gpu_sharing) {
   return share ? t.gpu_milli : 0;
 }
 
+// A job's GPUs in thousandths, as the fill experiment counts its demand: a share of
+// one GPU counts as that share when shares are kept.
 int64_t FillDemand(const TraceJob& t, bool gpu_sharing) {
   const int32_t share = ReplicaShare(t, gpu_sharing);
   return ReplicaGpus(t) * t.replicas * (share > 0 ? share : sched::kWholeGpu);
