@@ -137,6 +137,32 @@ TEST(CliTest, VersionHelpAndUsageErrors) {
   EXPECT_THAT(bad_format.out, Not(HasSubstr("bert")));
 }
 
+// A call builds only the command it names (start-up time); help, a misspelt command
+// and a bare `trainyard` still see every command, and each command's own help and
+// options work whichever group adds it.
+TEST(CliTest, OnlyTheCommandTypedIsBuiltYetHelpAndErrorsSeeAll) {
+  CliRun help = Cli({"--help"});
+  ASSERT_EQ(help.code, kExitOk);
+  for (const char* c : {"validate", "sched", "sim",    "agent",    "server", "store",  "up",
+                        "submit",   "jobs",  "cancel", "cordon",   "queues", "tokens", "audit",
+                        "runs",     "trace", "alerts", "diagnose", "fault",  "version"}) {
+    EXPECT_THAT(help.out, HasSubstr(std::string("\n  ") + c + " ")) << c;
+  }
+  CliRun typo = Cli({"submt"});
+  EXPECT_EQ(typo.code, kExitUsage);
+  EXPECT_THAT(typo.err, HasSubstr("unknown command \"submt\"; did you mean submit?"));
+  EXPECT_THAT(typo.err, HasSubstr("Commands: validate sched sim"));
+  EXPECT_THAT(typo.err, HasSubstr(" diagnose fault version"));
+  for (const char* c : {"jobs", "drain", "runs", "fault", "server", "sim"}) {
+    CliRun r = Cli({c, "--help"});
+    EXPECT_EQ(r.code, kExitOk) << c << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr(std::string("Usage: trainyard ") + c)) << c;
+  }
+  CliRun bad_option = Cli({"jobs", "--no-such-option"});
+  EXPECT_EQ(bad_option.code, kExitUsage);
+  EXPECT_THAT(bad_option.err, HasSubstr("--no-such-option"));
+}
+
 // Bad flags of the store, leadership and server addresses are refused before anything
 // starts, naming the flag and the value (a value that may hold a password is not shown).
 TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
