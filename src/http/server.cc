@@ -27,6 +27,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/names.h"
 
@@ -169,12 +170,53 @@ struct RouteEntry {
   std::string method;
   std::string text;  // the pattern as registered
   std::regex pattern;
-  Server::Handler handler;
+  Server::Handler handler;  // one of these two
+  Server::LaterHandler later;
+};
+
+// Where an answered Later goes back to be written (Server::Impl).
+class LaterOwner {
+ public:
+  virtual void Resume(std::shared_ptr<Later::Pending> p) = 0;
+
+ protected:
+  ~LaterOwner() = default;
 };
 
 }  // namespace
 
-struct Server::Impl {
+// A request of a route answered later, from its handler's call until its answer is
+// written. The connection is neither armed nor with a worker meanwhile.
+struct Later::Pending {
+  LaterOwner* owner = nullptr;
+  Conn* conn = nullptr;
+  httplib::Request req;
+  bool keep_alive = true;
+  SteadyClock::time_point began;
+  const std::string* route = nullptr;
+  std::mutex mu;
+  std::function<void(httplib::Response&)> fill;  // GUARDED_BY(mu)
+  bool answered = false;                         // GUARDED_BY(mu)
+  // While the handler runs, an answer is taken by its worker after it returns.
+  bool in_handler = true;  // GUARDED_BY(mu)
+};
+
+void Later::Answer(std::function<void(httplib::Response&)> fill) const {
+  std::unique_lock lk(p_->mu);
+  if (p_->answered) return;
+  p_->answered = true;
+  p_->fill = std::move(fill);
+  if (p_->in_handler) return;
+  lk.unlock();
+  p_->owner->Resume(p_);
+}
+
+bool Later::answered() const {
+  std::lock_guard lk(p_->mu);
+  return p_->answered;
+}
+
+struct Server::Impl final : LaterOwner {
   explicit Impl(ServerOptions o, SSL_CTX* c) : opt(o), ctx(c) {}
   ~Impl() {
     if (listen_fd >= 0) ::close(listen_fd);
@@ -199,13 +241,18 @@ struct Server::Impl {
   std::unordered_map<Conn*, std::unique_ptr<Conn>> conns;  // GUARDED_BY(mu)
 
   // The worker pool: connections with bytes to read, and the threads that serve them.
-  std::mutex pool_mu;
+  mutable std::mutex pool_mu;
   std::condition_variable pool_cv;
   std::deque<Conn*> ready;           // GUARDED_BY(pool_mu)
   std::vector<std::thread> workers;  // GUARDED_BY(pool_mu)
   size_t idle_workers = 0;           // GUARDED_BY(pool_mu)
   bool pool_closed = false;          // GUARDED_BY(pool_mu)
   std::atomic<size_t> worker_count{0};
+  // Requests answered later: those waiting for Later::Answer, and those answered and
+  // waiting for a worker to write the answer.
+  std::unordered_set<std::shared_ptr<Later::Pending>> waiting;  // GUARDED_BY(pool_mu)
+  std::deque<std::shared_ptr<Later::Pending>> answered;         // GUARDED_BY(pool_mu)
+  bool later_closed = false;  // GUARDED_BY(pool_mu): Stop answered the waiting ones
 
   // --- the loop ---------------------------------------------------------------------
   void Accept();
@@ -222,6 +269,14 @@ struct Server::Impl {
   void Serve(Conn* c);
   void Close(Conn* c);
   void Park(Conn* c);
+  // After an answer: serves the connection's next request if it comes soon, else parks
+  // the connection (or closes it).
+  void Continue(Conn* c, bool written, bool keep_alive);
+  void Resume(std::shared_ptr<Later::Pending> p) override;
+  // Writes the answer of `p` (on a worker).
+  void Finish(const std::shared_ptr<Later::Pending>& p);
+  // Answers 503 every request still waiting for its Later, and any that comes after.
+  void CloseLater();
 
   // --- I/O with deadlines (the sockets are non-blocking) ---------------------------
   bool WaitFor(Conn& c, short events, std::chrono::milliseconds timeout);
@@ -239,8 +294,16 @@ struct Server::Impl {
   ReadError ReadRequest(Conn& c, Request& req, bool& keep_alive);
   ReadError ReadChunkedBody(Conn& c, std::string& body);
   std::optional<std::string> ReadLine(Conn& c, ReadError& why, size_t limit);
-  // Runs the route `req` matches; returns its pattern ("" when none matched).
-  const std::string& Route(Request& req, Response& res);
+  // Runs the route `req` matches; returns its pattern ("" when none matched). For a
+  // route answered later, `req` is moved into `*later` and `res` holds the answer only
+  // when the handler gave it before returning (else *later is left set).
+  const std::string& Route(Conn& c, Request& req, Response& res, bool keep_alive,
+                           SteadyClock::time_point began, std::shared_ptr<Later::Pending>* later);
+  // Runs `fn`, which fills `res`; a throw becomes a 500 (with the exception handler's
+  // body).
+  void Guarded(const Request& req, Response& res, const std::function<void()>& fn);
+  // The status of an answer no one set, and the error handler's body.
+  void Complete(const Request& req, Response& res, bool found);
   // Writes the answer; false when the connection must close (write failed, or a body
   // without a length).
   bool WriteResponse(Conn& c, const Request& req, Response& res, bool keep_alive);
@@ -356,14 +419,65 @@ void Server::Impl::Work() {
   std::unique_lock lk(pool_mu);
   for (;;) {
     ++idle_workers;
-    pool_cv.wait(lk, [&] { return !ready.empty() || pool_closed; });
+    pool_cv.wait(lk, [&] { return !ready.empty() || !answered.empty() || pool_closed; });
     --idle_workers;
+    if (!answered.empty()) {
+      std::shared_ptr<Later::Pending> p = std::move(answered.front());
+      answered.pop_front();
+      lk.unlock();
+      Finish(p);
+      lk.lock();
+      continue;
+    }
     if (ready.empty()) return;  // closed
     Conn* c = ready.front();
     ready.pop_front();
     lk.unlock();
     Serve(c);
     lk.lock();
+  }
+}
+
+void Server::Impl::Resume(std::shared_ptr<Later::Pending> p) {
+  std::lock_guard lk(pool_mu);
+  waiting.erase(p);
+  answered.push_back(std::move(p));
+  if (answered.size() + ready.size() > idle_workers &&
+      workers.size() < std::max<size_t>(opt.max_threads, 1) && !pool_closed) {
+    workers.emplace_back([this] { Work(); });
+    worker_count = workers.size();
+  }
+  pool_cv.notify_one();
+}
+
+void Server::Impl::Finish(const std::shared_ptr<Later::Pending>& p) {
+  std::function<void(Response&)> fill;
+  {
+    std::lock_guard lk(p->mu);
+    fill = std::move(p->fill);
+  }
+  Response res;
+  Guarded(p->req, res, [&] { fill(res); });
+  Complete(p->req, res, true);
+  Conn* c = p->conn;
+  const bool keep_alive = p->keep_alive && !stopping;
+  const bool written = WriteResponse(*c, p->req, res, keep_alive);
+  if (observer) observer(p->req, res, *p->route, SteadyClock::now() - p->began);
+  Continue(c, written, keep_alive);
+}
+
+void Server::Impl::CloseLater() {
+  std::unordered_set<std::shared_ptr<Later::Pending>> left;
+  {
+    std::lock_guard lk(pool_mu);
+    later_closed = true;
+    left.swap(waiting);
+  }
+  for (const auto& p : left) {
+    Later(p).Answer([](Response& res) {
+      res.status = 503;
+      res.set_header("Connection", "close");
+    });
   }
 }
 
@@ -437,7 +551,9 @@ void Server::Impl::Serve(Conn* c) {
         return Close(c);
     }
     Response res;
-    const std::string& route = Route(req, res);
+    std::shared_ptr<Later::Pending> later;
+    const std::string& route = Route(*c, req, res, keep_alive, began, &later);
+    if (later != nullptr) return;  // its answer comes later, on some worker (Finish)
     if (stopping) keep_alive = false;
     const bool written = WriteResponse(*c, req, res, keep_alive);
     if (observer) observer(req, res, route, SteadyClock::now() - began);
@@ -445,6 +561,13 @@ void Server::Impl::Serve(Conn* c) {
     if (!HasBuffered(*c) && !WaitForNext(*c)) return Park(c);
     // The next request is here (pipelined, or sent on the heels of the answer).
   }
+}
+
+void Server::Impl::Continue(Conn* c, bool written, bool keep_alive) {
+  if (!written || !keep_alive) return Close(c);
+  if (!HasBuffered(*c) && !WaitForNext(*c)) return Park(c);
+  c->ready_at = SteadyClock::now();
+  Serve(c);
 }
 
 // --- I/O ----------------------------------------------------------------------------
@@ -706,29 +829,22 @@ ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive) {
   return ReadError::kNone;
 }
 
-const std::string& Server::Impl::Route(Request& req, Response& res) {
-  static const std::string kNone;
-  const std::string& method = req.method == "HEAD" ? std::string("GET") : req.method;
-  const std::string* matched = &kNone;
-  bool found = false;
-  for (const RouteEntry& r : routes) {
-    if (r.method != method || !std::regex_match(req.path, req.matches, r.pattern)) continue;
-    found = true;
-    matched = &r.text;
-    try {
-      r.handler(req, res);
-    } catch (...) {
-      res = Response();
-      res.status = 500;
-      if (exception_handler) {
-        try {
-          exception_handler(req, res, std::current_exception());
-        } catch (...) {
-        }
+void Server::Impl::Guarded(const Request& req, Response& res, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (...) {
+    res = Response();
+    res.status = 500;
+    if (exception_handler) {
+      try {
+        exception_handler(req, res, std::current_exception());
+      } catch (...) {
       }
     }
-    break;
   }
+}
+
+void Server::Impl::Complete(const Request& req, Response& res, bool found) {
   if (res.status == -1) res.status = found ? 200 : 404;
   if (res.status >= 400 && error_handler) {
     try {
@@ -736,7 +852,65 @@ const std::string& Server::Impl::Route(Request& req, Response& res) {
     } catch (...) {
     }
   }
-  return *matched;
+}
+
+const std::string& Server::Impl::Route(Conn& c, Request& req, Response& res, bool keep_alive,
+                                       SteadyClock::time_point began,
+                                       std::shared_ptr<Later::Pending>* later) {
+  static const std::string kNone;
+  const std::string& method = req.method == "HEAD" ? std::string("GET") : req.method;
+  for (const RouteEntry& r : routes) {
+    if (r.method != method || !std::regex_match(req.path, req.matches, r.pattern)) continue;
+    if (!r.later) {
+      Guarded(req, res, [&] { r.handler(req, res); });
+      Complete(req, res, true);
+      return r.text;
+    }
+    auto p = std::make_shared<Later::Pending>();
+    p->owner = this;
+    p->conn = &c;
+    p->req = std::move(req);
+    std::regex_match(p->req.path, p->req.matches, r.pattern);  // into the moved path
+    p->keep_alive = keep_alive;
+    p->began = began;
+    p->route = &r.text;
+    bool closed;
+    {
+      std::lock_guard lk(pool_mu);
+      closed = later_closed;
+      if (!closed) waiting.insert(p);
+    }
+    const Later answer(p);
+    if (closed) {
+      answer.Answer([](Response& out) { out.status = 503; });
+    } else {
+      try {
+        r.later(p->req, answer);
+      } catch (...) {
+        answer.Answer([e = std::current_exception()](Response&) { std::rethrow_exception(e); });
+      }
+    }
+    std::unique_lock lk(p->mu);
+    p->in_handler = false;
+    if (!p->answered) {
+      *later = std::move(p);  // Answer hands it to Resume
+      return r.text;
+    }
+    std::function<void(Response&)> fill = std::move(p->fill);
+    lk.unlock();
+    {
+      std::lock_guard pl(pool_mu);
+      waiting.erase(p);
+    }
+    req = std::move(p->req);
+    req.matches = std::smatch();
+    std::regex_match(req.path, req.matches, r.pattern);
+    Guarded(req, res, [&] { fill(res); });
+    Complete(req, res, true);
+    return r.text;
+  }
+  Complete(req, res, false);
+  return kNone;
 }
 
 bool Server::Impl::WriteResponse(Conn& c, const Request& req, Response& res, bool keep_alive) {
@@ -887,7 +1061,11 @@ Server::~Server() {
 }
 
 Server& Server::Route(const std::string& method, const std::string& pattern, Handler handler) {
-  impl_->routes.push_back({method, pattern, std::regex(pattern), std::move(handler)});
+  impl_->routes.push_back({method, pattern, std::regex(pattern), std::move(handler), nullptr});
+  return *this;
+}
+Server& Server::PostLater(const std::string& pattern, LaterHandler handler) {
+  impl_->routes.push_back({"POST", pattern, std::regex(pattern), nullptr, std::move(handler)});
   return *this;
 }
 Server& Server::Get(const std::string& pattern, Handler h) {
@@ -1000,6 +1178,7 @@ bool Server::Serve() {
   ::close(s.listen_fd);
   s.listen_fd = -1;
   s.CloseAllIdle();
+  s.CloseLater();
   s.ShutdownPool();  // in-flight requests are answered first
   running_ = false;
   return true;
@@ -1011,6 +1190,11 @@ void Server::Stop() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(impl_->event_fd, &one, sizeof one);
   }
+}
+
+size_t Server::waiting() const {
+  std::lock_guard lk(impl_->pool_mu);
+  return impl_->waiting.size();
 }
 
 size_t Server::connections() const {

@@ -9,9 +9,12 @@
 // CPU than the requests themselves. Here an idle connection costs a file descriptor
 // and a few hundred bytes; only requests being handled hold threads.
 //
-// Handlers may block (a long poll waits for commands, a submission for its group
-// commit): the worker pool starts a thread whenever a request would otherwise wait for
-// one, up to `max_threads`, and keeps it for later requests.
+// Handlers may block (a submission waits for its group commit): the worker pool starts
+// a thread whenever a request would otherwise wait for one, up to `max_threads`, and
+// keeps it for later requests. A request that waits for an event rather than for work
+// (a long poll) is better served by a route answered later (PostLater): its handler
+// returns at once with a Later, the connection holds no thread while it waits, and
+// whoever has the answer calls Later::Answer from any thread.
 //
 // Requests and responses are cpp-httplib's structs (httplib::Request, httplib::Response),
 // so handlers read the same as with its server: method, path (percent-decoded), params
@@ -62,11 +65,30 @@ struct ServerOptions {
   size_t max_threads = 4096;
 };
 
+// The answer to a request of a route answered later (Server::PostLater). Copyable;
+// every copy is the same answer. Answer may be called from any thread and returns at
+// once: `fill` then writes the response (status, body, headers) on a worker thread.
+// Only the first call counts. A request not answered by the time the server stops is
+// answered 503 then, and any Answer after that does nothing.
+class Later {
+ public:
+  struct Pending;
+  explicit Later(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
+  void Answer(std::function<void(httplib::Response&)> fill) const;
+  // Whether an answer was given (by Answer, or by the server when it stopped).
+  bool answered() const;
+
+ private:
+  std::shared_ptr<Pending> p_;
+};
+
 class Server {
  public:
   using Request = httplib::Request;
   using Response = httplib::Response;
   using Handler = std::function<void(const Request&, Response&)>;
+  // Must return at once; answers through `later`, now or from another thread.
+  using LaterHandler = std::function<void(const Request&, Later later)>;
   using ExceptionHandler = std::function<void(const Request&, Response&, std::exception_ptr)>;
   // Told of every answer written: the route's pattern as registered ("" when no route
   // matched), and how long the request took from its first bytes' arrival (including
@@ -89,6 +111,9 @@ class Server {
   Server& Patch(const std::string& pattern, Handler handler);
   Server& Delete(const std::string& pattern, Handler handler);
   Server& Route(const std::string& method, const std::string& pattern, Handler handler);
+  // A POST route whose requests are answered later (Later). A handler that throws
+  // before answering gets the exception handler's answer.
+  Server& PostLater(const std::string& pattern, LaterHandler handler);
 
   // Called for an answer with status >= 400 (a handler's, or the server's own 400,
   // 404, 413, 431): it may fill in the body.
@@ -112,6 +137,8 @@ class Server {
   size_t connections() const;
   // Worker threads started so far.
   size_t threads() const;
+  // Requests of routes answered later still waiting for their answer.
+  size_t waiting() const;
 
  private:
   struct Impl;

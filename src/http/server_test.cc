@@ -1106,6 +1106,148 @@ TEST_F(ServerTest, StopsWithIdleConnectionsOpen) {
   EXPECT_TRUE(idle.WaitForClose(3s));
 }
 
+// Routes answered later.
+
+TEST_F(ServerTest, HoldsNoThreadForARequestAnsweredLater) {
+  constexpr size_t kWaiting = 200;
+  RaiseOpenFileLimit();
+  std::mutex mu;
+  std::vector<std::pair<std::string, Later>> held;  // body, answer
+  server_->PostLater("/wait", [&](const httplib::Request& req, Later later) {
+    std::lock_guard lk(mu);
+    held.emplace_back(req.body, std::move(later));
+  });
+  server_->Get("/fast", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("fast", "text/plain");
+  });
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::vector<std::string> got(kWaiting), again(kWaiting);
+  for (size_t i = 0; i < kWaiting; ++i) {
+    clients_.emplace_back([&, i] {
+      ClientOptions options;
+      options.read_timeout_ms = 20'000;
+      Client client(Url(), options);
+      got[i] = Ok(client.Send("POST", "/wait", "body " + std::to_string(i), "text/plain")).body;
+      // The connection serves its next request after an answer given later.
+      again[i] = Ok(client.Send("GET", "/fast")).body;
+    });
+  }
+  EXPECT_TRUE(WaitFor([&] { return server_->waiting() == kWaiting; }, 20s))
+      << server_->waiting() << " waiting";
+  EXPECT_LT(server_->threads(), 50u) << "a thread per waiting request";
+  {
+    Client client(Url(), {});
+    EXPECT_EQ(Ok(client.Send("GET", "/fast")).body, "fast");
+  }
+  {
+    // Answered from this thread, in reverse order of arrival.
+    std::lock_guard lk(mu);
+    for (auto it = held.rbegin(); it != held.rend(); ++it) {
+      it->second.Answer([body = it->first](httplib::Response& res) {
+        res.set_content("answer to " + body, "text/plain");
+      });
+      EXPECT_TRUE(it->second.answered());
+    }
+  }
+  for (auto& t : clients_) t.join();
+  clients_.clear();
+  for (size_t i = 0; i < kWaiting; ++i) {
+    EXPECT_EQ(got[i], "answer to body " + std::to_string(i));
+    EXPECT_EQ(again[i], "fast") << i;
+  }
+  EXPECT_EQ(server_->waiting(), 0u);
+}
+
+TEST_F(ServerTest, WritesAnAnswerGivenBeforeTheHandlerReturnsAtOnce) {
+  server_->PostLater(R"(/now/(\w+))", [](const httplib::Request& req, Later later) {
+    // The captures are of the request the handler is given.
+    later.Answer([who = req.matches[1].str()](httplib::Response& res) {
+      res.set_content("hello " + who, "text/plain");
+    });
+    // Only the first answer counts.
+    later.Answer([](httplib::Response& res) { res.set_content("second", "text/plain"); });
+  });
+  ASSERT_NO_FATAL_FAILURE(Start());
+  RawConnection conn(port_);
+  // Two pipelined requests on one connection, answered in order.
+  ASSERT_TRUE(
+      conn.Send("POST /now/ada HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+                "POST /now/bob HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"));
+  RawResponse a = conn.Read();
+  RawResponse b = conn.Read();
+  EXPECT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.body, "hello ada");
+  EXPECT_EQ(b.body, "hello bob");
+  EXPECT_EQ(server_->waiting(), 0u);
+}
+
+TEST_F(ServerTest, AnswersA500WhenALaterHandlerOrItsAnswerThrows) {
+  std::mutex mu;
+  std::vector<Later> held;
+  server_->SetExceptionHandler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          res.set_content(std::string("caught: ") + ex.what(), "text/plain");
+        }
+      });
+  server_->PostLater("/throws", [](const httplib::Request&, Later) {
+    throw std::runtime_error("in the handler");
+  });
+  server_->PostLater("/answer-throws", [&](const httplib::Request&, Later later) {
+    std::lock_guard lk(mu);
+    held.push_back(std::move(later));
+  });
+  ASSERT_NO_FATAL_FAILURE(Start());
+  Client client(Url(), {});
+  Response r = Ok(client.Send("POST", "/throws", "", "text/plain"));
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.body, "caught: in the handler");
+  std::variant<Response, Error> answer;
+  clients_.emplace_back(
+      [&] { answer = Client(Url(), {}).Send("POST", "/answer-throws", "", "text/plain"); });
+  ASSERT_TRUE(WaitFor([&] { return server_->waiting() == 1; }));
+  {
+    std::lock_guard lk(mu);
+    held[0].Answer([](httplib::Response&) { throw std::runtime_error("in the answer"); });
+  }
+  clients_[0].join();
+  clients_.clear();
+  r = Ok(std::move(answer));
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.body, "caught: in the answer");
+  // The server still answers on the first connection.
+  EXPECT_EQ(Ok(client.Send("POST", "/throws", "", "text/plain")).status, 500);
+}
+
+TEST_F(ServerTest, AnswersRequestsStillWaitingWith503WhenItStops) {
+  std::mutex mu;
+  std::vector<Later> held;
+  server_->PostLater("/wait", [&](const httplib::Request&, Later later) {
+    std::lock_guard lk(mu);
+    held.push_back(std::move(later));
+  });
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::variant<Response, Error> answer;
+  clients_.emplace_back([&] {
+    ClientOptions options;
+    options.read_timeout_ms = 20'000;
+    answer = Client(Url(), options).Send("POST", "/wait", "", "text/plain");
+  });
+  ASSERT_TRUE(WaitFor([&] { return server_->waiting() == 1; }));
+  StopServer();
+  clients_[0].join();
+  clients_.clear();
+  EXPECT_TRUE(served_.load());
+  EXPECT_EQ(Ok(std::move(answer)).status, 503);
+  std::lock_guard lk(mu);
+  EXPECT_TRUE(held[0].answered());
+  // An answer after the stop does nothing.
+  held[0].Answer([](httplib::Response& res) { res.status = 200; });
+  EXPECT_EQ(server_->waiting(), 0u);
+}
+
 TEST(ServerLifecycleTest, ServeReturnsAtOnceWhenStoppedBeforeItStarts) {
   Server server;
   ASSERT_GT(server.BindToAnyPort("127.0.0.1"), 0);
