@@ -2179,27 +2179,43 @@ std::vector<RouteInfo> InstallApi(http::Server& server, Cluster& cluster, LogSto
                 if (alerting != nullptr) alerting->ObserveHeartbeat(*hb);
                 SendJson(res, 200, {{"ack", *ack}});
               });
-  server.Post(v1 + "/agent/poll", [&cluster, authorized](const Request& req, Response& res) {
-    if (!authorized(req, res)) return;
-    auto j = ParseJsonBody(req.body, "poll");
-    if (!j.ok()) return SendError(res, j.status());
-    auto node = j->find("node");
-    if (node == j->end() || !node->is_string()) {
-      return SendError(res, InvalidArgument("poll.node: required, a string"));
-    }
-    int64_t wait_ms = 20'000;
-    if (auto w = j->find("wait_ms"); w != j->end()) {
-      if (!w->is_number_integer() || w->get<int64_t>() < 0) {
-        return SendError(res, InvalidArgument("poll.wait_ms: expected an integer >= 0"));
-      }
-      wait_ms = std::min<int64_t>(w->get<int64_t>(), kMaxPollWait.count());
-    }
-    auto cmds = cluster.Poll(node->get<std::string>(), Duration(wait_ms));
-    if (!cmds.ok()) return SendError(res, cmds.status());
-    ordered_json out = ordered_json::array();
-    for (const Command& c : *cmds) out.push_back(ToJson(c));
-    SendJson(res, 200, {{"commands", std::move(out)}});
-  });
+  // A long poll holds no thread while it waits: the cluster answers it when the node
+  // has commands, when its wait is over, or when the server stops.
+  server.PostLater(
+      v1 + "/agent/poll", [&cluster, authorized](const Request& req, http::Later later) {
+        Response refused;
+        auto answer_refused = [&later, &refused] {
+          later.Answer([res = std::move(refused)](Response& out) mutable { out = std::move(res); });
+        };
+        auto refuse = [&](const Status& why) {
+          SendError(refused, why);
+          answer_refused();
+        };
+        if (!authorized(req, refused)) return answer_refused();
+        auto j = ParseJsonBody(req.body, "poll");
+        if (!j.ok()) return refuse(j.status());
+        auto node = j->find("node");
+        if (node == j->end() || !node->is_string()) {
+          return refuse(InvalidArgument("poll.node: required, a string"));
+        }
+        int64_t wait_ms = 20'000;
+        if (auto w = j->find("wait_ms"); w != j->end()) {
+          if (!w->is_number_integer() || w->get<int64_t>() < 0) {
+            return refuse(InvalidArgument("poll.wait_ms: expected an integer >= 0"));
+          }
+          wait_ms = std::min<int64_t>(w->get<int64_t>(), kMaxPollWait.count());
+        }
+        cluster.PollAsync(node->get<std::string>(), Duration(wait_ms),
+                          [later](Result<std::vector<Command>> cmds) {
+                            // Rendered on the server's worker, not under the cluster's lock.
+                            later.Answer([cmds = std::move(cmds)](Response& res) {
+                              if (!cmds.ok()) return SendError(res, cmds.status());
+                              ordered_json out = ordered_json::array();
+                              for (const Command& c : *cmds) out.push_back(ToJson(c));
+                              SendJson(res, 200, {{"commands", std::move(out)}});
+                            });
+                          });
+      });
   server.Post(v1 + "/agent/logs", [&cluster, &logs, authorized](const Request& req, Response& res) {
     if (!authorized(req, res)) return;
     auto j = ParseJsonBody(req.body, "logs");

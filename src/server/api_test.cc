@@ -581,6 +581,47 @@ TEST_F(ApiTest, AgentEndpointsNeedTheTokenAndValidInput) {
   EXPECT_EQ(nodes["nodes"][0]["state"], "Ready");
 }
 
+TEST_F(ApiTest, AgentPollWaitsForItsCommandsWithoutAThreadAndRefusesBadInput) {
+  EXPECT_EQ(Post("/api/v1/agent/poll", R"({"node": "n1", "wait_ms": 0})", false).first, 401);
+  EXPECT_EQ(Post("/api/v1/agent/poll", "{", true).first, 400);
+  auto [ns, no_node] = Post("/api/v1/agent/poll", R"({"wait_ms": 0})", true);
+  EXPECT_EQ(ns, 400);
+  EXPECT_EQ(no_node["error"], "poll.node: required, a string");
+  auto [ws, bad_wait] = Post("/api/v1/agent/poll", R"({"node": "n1", "wait_ms": -1})", true);
+  EXPECT_EQ(ws, 400);
+  EXPECT_EQ(bad_wait["error"], "poll.wait_ms: expected an integer >= 0");
+  auto [us, unknown] = Post("/api/v1/agent/poll", R"({"node": "n1", "wait_ms": 60000})", true);
+  EXPECT_EQ(us, 404) << "an unregistered node's poll is answered at once";
+  EXPECT_EQ(unknown["error"], "unknown node n1");
+  ASSERT_EQ(Post("/api/v1/agent/register",
+                 R"({"node": {"name": "n1", "cpus": 1, "memory_mib": 1024}})", true)
+                .first,
+            200);
+  // A poll with nothing to send waits, on no thread of the server's, until there is.
+  std::pair<int, json> got;
+  std::thread poller([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    auto res = c.Post("/api/v1/agent/poll", {{"Authorization", "Bearer secret"}},
+                      R"({"node": "n1", "wait_ms": 20000})", "application/json");
+    if (res) got = {res->status, json::parse(res->body, nullptr, false)};
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (http_.waiting() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(http_.waiting(), 1u);
+  auto [ss, submitted] = Post("/api/v1/jobs", "name: a\ncommand: [x]\n");
+  ASSERT_EQ(ss, 201);
+  ASSERT_TRUE(cluster_->SchedulePass().ok());
+  poller.join();
+  ASSERT_EQ(got.first, 200) << got.second.dump();
+  ASSERT_EQ(got.second["commands"].size(), 1u);
+  EXPECT_EQ(got.second["commands"][0]["kind"], "start");
+  EXPECT_EQ(got.second["commands"][0]["task"]["job_id"], submitted["id"]);
+  EXPECT_EQ(http_.waiting(), 0u);
+}
+
 TEST_F(ApiTest, LogsRoundTrip) {
   auto [status, body] = Post("/api/v1/jobs", "name: a\ncommand: [x]\n");
   ASSERT_EQ(status, 201);

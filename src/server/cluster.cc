@@ -1,10 +1,13 @@
 #include "server/cluster.h"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <future>
 #include <iterator>
 #include <sstream>
+#include <thread>
 
 #include "core/names.h"
 #include "core/spec_paths.h"
@@ -95,6 +98,8 @@ struct JobEntry {
   std::shared_ptr<const PendingView> pending_view;  // while Pending; see PendingView
 };
 
+struct PollWaiter;
+
 struct NodeEntry {
   Node node;  // as stored; node.state is what was last committed
   std::string address;
@@ -117,10 +122,17 @@ struct NodeEntry {
   std::vector<FaultSpec> sent_faults;   // the set last sent to the agent
   NodeState admin = NodeState::kReady;  // Ready, Cordoned or Draining
   std::deque<Command> commands;
-  // What this node's long polls wait on (one per node, so that an event for one node
-  // or for the loop does not wake a thousand agents' polls). Shared: a waiter keeps it
-  // alive should the entry go.
-  std::shared_ptr<std::condition_variable> poll_cv = std::make_shared<std::condition_variable>();
+  // Long polls waiting for this node's commands, oldest first (Cluster::PollAsync).
+  std::deque<std::shared_ptr<PollWaiter>> polls;
+};
+
+// A long poll waiting for its node's commands: in its node's `polls` and in the
+// cluster's deadlines until `done` is called.
+struct PollWaiter {
+  std::string node;
+  Cluster::PollDone done;
+  std::multimap<std::chrono::steady_clock::time_point,
+                std::shared_ptr<PollWaiter>>::iterator at;  // in Impl::poll_deadlines_
 };
 
 std::string GpuList(const std::vector<int>& gpus) {
@@ -238,7 +250,17 @@ PassPlan::~PassPlan() = default;
 class Cluster::Impl {
  public:
   Impl(store::Store* store, const Clock* clock, ClusterOptions options)
-      : store_(store), clock_(clock), opt_(std::move(options)), paths_(PathPolicyOf(opt_)) {}
+      : store_(store), clock_(clock), opt_(std::move(options)), paths_(PathPolicyOf(opt_)) {
+    poll_timer_ = std::thread([this] { ExpirePolls(); });
+  }
+  ~Impl() {
+    {
+      std::lock_guard lk(mu_);
+      timer_stop_ = true;
+    }
+    poll_timer_cv_.notify_all();
+    poll_timer_.join();
+  }
 
   Status Load();
 
@@ -277,6 +299,7 @@ class Cluster::Impl {
   Result<RegisterReply> Register(const Registration& registration);
   Result<std::vector<std::string>> HandleHeartbeat(const Heartbeat& heartbeat);
   Result<std::vector<Command>> Poll(const std::string& node, Duration wait);
+  void PollAsync(const std::string& node, Duration wait, PollDone done);
   bool KnowsTask(const std::string& node, JobId job, int32_t attempt);
 
   // Loop.
@@ -295,7 +318,7 @@ class Cluster::Impl {
     {
       std::lock_guard lk(mu_);
       shutdown_ = true;
-      for (auto& [name, n] : nodes_) n.poll_cv->notify_all();
+      for (auto& [name, n] : nodes_) WakePollsLocked(n);
     }
     cv_.notify_all();
   }
@@ -422,11 +445,20 @@ class Cluster::Impl {
     auto it = classes_.find(job.spec.priority);
     return it == classes_.end() ? nullptr : &it->second;
   }
+  // Long polls. REQUIRES: mu_ held.
+  std::vector<Command> TakeCommandsLocked(NodeEntry& n);
+  // Answers the node's oldest poll with `r`.
+  void FinishPollLocked(NodeEntry& n, Result<std::vector<Command>> r);
+  // Answers the polls that can be: all with NotFound when the node is not connected,
+  // the oldest with the commands when there are any, all at shutdown.
+  void WakePollsLocked(NodeEntry& n);
+  // The poll timer's thread: answers each poll whose wait is over.
+  void ExpirePolls();
   void Push(const std::string& node, Command c) {
     auto it = nodes_.find(node);
     if (it == nodes_.end() || !it->second.connected) return;
     it->second.commands.push_back(std::move(c));
-    it->second.poll_cv->notify_all();
+    WakePollsLocked(it->second);
   }
   TaskStart BuildStart(const JobEntry& e, const Rank& r) const;
   // Sends stop (or withdraws a start not yet delivered) to every live rank.
@@ -495,7 +527,14 @@ class Cluster::Impl {
   int64_t next_fault_ = 1;                  // GUARDED_BY(mu_): "f-<n>"
   std::map<JobId, JobEntry> jobs_;          // GUARDED_BY(mu_): active
   std::map<std::string, NodeEntry> nodes_;  // GUARDED_BY(mu_)
-  std::map<std::string, Tenant> tenants_;   // GUARDED_BY(mu_)
+  // Every waiting long poll by deadline; one thread answers those whose wait is over,
+  // so that a waiting poll holds no thread of its own.
+  std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<PollWaiter>>
+      poll_deadlines_;  // GUARDED_BY(mu_)
+  std::condition_variable poll_timer_cv_;
+  bool timer_stop_ = false;  // GUARDED_BY(mu_)
+  std::thread poll_timer_;
+  std::map<std::string, Tenant> tenants_;                        // GUARDED_BY(mu_)
   std::map<std::string, int64_t> unfinished_by_tenant_;          // GUARDED_BY(mu_): jobs_ by tenant
   std::map<std::pair<std::string, std::string>, Queue> queues_;  // GUARDED_BY(mu_)
   std::map<std::string, PriorityClass> classes_;                 // GUARDED_BY(mu_)
@@ -1890,7 +1929,8 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
     stored.state_reason.clear();
     b.PutNode(stored);
     if (Status s = CommitLocked(b); !s.ok()) {
-      n.poll_cv->notify_all();
+      n.connected = false;
+      WakePollsLocked(n);
       nodes_.erase(name);
       return s;
     }
@@ -1958,7 +1998,7 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
       }
     }
   }
-  if (!n.commands.empty()) n.poll_cv->notify_all();  // starts sent again, above
+  WakePollsLocked(n);  // starts sent again, above
   if (was_unreachable) {
     store::WriteBatch b;
     for (JobId id : touched) {
@@ -2031,21 +2071,75 @@ Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat&
   return ack;
 }
 
-Result<std::vector<Command>> Cluster::Impl::Poll(const std::string& node, Duration wait) {
-  std::unique_lock lk(mu_);
-  auto ready = [&] {
-    auto it = nodes_.find(node);
-    return shutdown_ || it == nodes_.end() || !it->second.connected || !it->second.commands.empty();
-  };
+void Cluster::Impl::PollAsync(const std::string& node, Duration wait, PollDone done) {
+  std::lock_guard lk(mu_);
   auto it = nodes_.find(node);
-  if (it == nodes_.end() || !it->second.connected) return NotFound("unknown node " + node);
-  const std::shared_ptr<std::condition_variable> cv = it->second.poll_cv;
-  cv->wait_for(lk, wait, ready);
-  it = nodes_.find(node);
-  if (it == nodes_.end() || !it->second.connected) return NotFound("unknown node " + node);
-  std::vector<Command> out(it->second.commands.begin(), it->second.commands.end());
-  it->second.commands.clear();
+  if (it == nodes_.end() || !it->second.connected) return done(NotFound("unknown node " + node));
+  NodeEntry& n = it->second;
+  if (!n.commands.empty() || shutdown_ || wait.count() <= 0) return done(TakeCommandsLocked(n));
+  auto w = std::make_shared<PollWaiter>();
+  w->node = node;
+  w->done = std::move(done);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const bool earliest = poll_deadlines_.empty() || deadline < poll_deadlines_.begin()->first;
+  w->at = poll_deadlines_.emplace(deadline, w);
+  n.polls.push_back(std::move(w));
+  if (earliest) poll_timer_cv_.notify_all();
+}
+
+Result<std::vector<Command>> Cluster::Impl::Poll(const std::string& node, Duration wait) {
+  std::promise<Result<std::vector<Command>>> answer;
+  std::future<Result<std::vector<Command>>> got = answer.get_future();
+  PollAsync(node, wait,
+            [&answer](Result<std::vector<Command>> r) { answer.set_value(std::move(r)); });
+  return got.get();
+}
+
+std::vector<Command> Cluster::Impl::TakeCommandsLocked(NodeEntry& n) {
+  std::vector<Command> out(std::make_move_iterator(n.commands.begin()),
+                           std::make_move_iterator(n.commands.end()));
+  n.commands.clear();
   return out;
+}
+
+void Cluster::Impl::FinishPollLocked(NodeEntry& n, Result<std::vector<Command>> r) {
+  std::shared_ptr<PollWaiter> w = std::move(n.polls.front());
+  n.polls.pop_front();
+  poll_deadlines_.erase(w->at);
+  w->done(std::move(r));
+}
+
+void Cluster::Impl::WakePollsLocked(NodeEntry& n) {
+  if (!n.connected) {
+    while (!n.polls.empty()) FinishPollLocked(n, NotFound("unknown node " + n.node.name));
+    return;
+  }
+  // The oldest poll takes the commands; the others wait on, unless the server stops.
+  if (!n.polls.empty() && !n.commands.empty()) FinishPollLocked(n, TakeCommandsLocked(n));
+  if (shutdown_) {
+    while (!n.polls.empty()) FinishPollLocked(n, TakeCommandsLocked(n));
+  }
+}
+
+void Cluster::Impl::ExpirePolls() {
+  std::unique_lock lk(mu_);
+  while (!timer_stop_) {
+    if (poll_deadlines_.empty()) {
+      poll_timer_cv_.wait(lk);
+    } else {
+      poll_timer_cv_.wait_until(lk, poll_deadlines_.begin()->first);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    while (!poll_deadlines_.empty() && poll_deadlines_.begin()->first <= now) {
+      std::shared_ptr<PollWaiter> w = poll_deadlines_.begin()->second;
+      NodeEntry& n = nodes_.at(w->node);  // a node's polls end before it goes
+      auto pos = std::find(n.polls.begin(), n.polls.end(), w);
+      std::rotate(n.polls.begin(), pos, pos + 1);  // to the front, for FinishPollLocked
+      FinishPollLocked(n, TakeCommandsLocked(n));
+    }
+  }
+  // Polls still waiting now are dropped unanswered: the Cluster is being destroyed,
+  // after its API server (which answers its own waiting requests when it stops).
 }
 
 bool Cluster::Impl::KnowsTask(const std::string& node, JobId job, int32_t attempt) {
@@ -2075,7 +2169,7 @@ Status Cluster::Impl::Tick() {
       n.unreachable = true;
       n.unreachable_at = now;
       n.commands.clear();
-      n.poll_cv->notify_all();
+      WakePollsLocked(n);
       TY_RETURN_IF_ERROR(SyncNodeLocked(n, "no heartbeat for " + FormatDuration(silent)));
       dirty_ = true;
       if (opt_.node_lost_grace.count() > 0) {
@@ -2420,6 +2514,9 @@ Result<std::vector<std::string>> Cluster::HandleHeartbeat(const Heartbeat& h) {
 }
 Result<std::vector<Command>> Cluster::Poll(const std::string& node, Duration wait) {
   return impl_->Poll(node, wait);
+}
+void Cluster::PollAsync(const std::string& node, Duration wait, PollDone done) {
+  impl_->PollAsync(node, wait, std::move(done));
 }
 bool Cluster::KnowsTask(const std::string& node, JobId job, int32_t attempt) {
   return impl_->KnowsTask(node, job, attempt);

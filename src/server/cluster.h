@@ -23,7 +23,8 @@
 // CUDA_VISIBLE_DEVICES, otherwise every rank of the replica sees all of them.
 //
 // Time comes from the injected Clock; nothing here sleeps except Poll, which waits
-// for commands with a deadline.
+// for commands with a deadline (PollAsync waits without a thread: one timer thread
+// answers the polls whose wait is over).
 //
 // Thread-safety: every public method may be called from any thread. One mutex guards
 // the state; Submit commits outside it (group commit), other changes commit under it.
@@ -32,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -306,6 +308,12 @@ class Cluster {
   // Waits up to `wait` for commands for `node` and returns them (possibly none).
   // NotFound when the node is not registered. Returns early on Shutdown.
   Result<std::vector<Command>> Poll(const std::string& node, Duration wait);
+  // Poll without a waiting thread: `done` is called once, with what Poll would return,
+  // when that is known: before PollAsync returns, or later on another thread. It runs
+  // with the cluster's lock held, so it must be quick and must not call the Cluster.
+  // Of several polls waiting for one node, the oldest takes the commands.
+  using PollDone = std::function<void(Result<std::vector<Command>>)>;
+  void PollAsync(const std::string& node, Duration wait, PollDone done);
   // The task's job and attempt are known (the caller may store its logs).
   bool KnowsTask(const std::string& node, JobId job, int32_t attempt);
 

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -330,6 +333,76 @@ std::vector<std::string> EventKinds(Cluster& c, JobId id) {
     for (const auto& e : events->events) out.push_back(e.kind);
   }
   return out;
+}
+
+// Long polls answered without a waiting thread: by commands (the oldest poll of a node
+// takes them), by the end of their wait, by the loss of their node, by shutdown.
+TEST_F(ClusterTest, PollAsyncIsAnsweredByCommandsItsWaitNodeLossAndShutdown) {
+  ASSERT_TRUE(cluster_->Register(Node("node-0", 4, "10.0.0.1")).ok());
+  ASSERT_TRUE(cluster_->Register(Node("node-1", 4, "10.0.0.2")).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, Result<std::vector<Command>>> got;
+  auto poll = [&](const std::string& node, int64_t wait_ms, int slot) {
+    cluster_->PollAsync(node, Duration(wait_ms), [&, slot](Result<std::vector<Command>> r) {
+      std::lock_guard lk(mu);
+      EXPECT_FALSE(got.contains(slot)) << "poll " << slot << " answered twice";
+      got.emplace(slot, std::move(r));
+      cv.notify_all();
+    });
+  };
+  auto answered = [&](int slot) {
+    std::lock_guard lk(mu);
+    return got.contains(slot);
+  };
+  auto answer = [&](int slot) {
+    std::unique_lock lk(mu);
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(5), [&] { return got.contains(slot); }))
+        << "poll " << slot << " not answered";
+    return got.contains(slot) ? got.at(slot) : Result<std::vector<Command>>(Internal("none"));
+  };
+
+  poll("node-9", 60'000, 0);
+  ASSERT_TRUE(answered(0)) << "an unknown node's poll is answered at once";
+  EXPECT_EQ(got.at(0).status().code(), StatusCode::kNotFound);
+
+  poll("node-0", 60'000, 1);
+  poll("node-0", 60'000, 2);
+  EXPECT_FALSE(answered(1));
+  EXPECT_FALSE(answered(2));
+  const JobId id = Submit(kGang);
+  Pass();
+  // The gang's start for node-0 goes to its oldest poll; the other waits on.
+  auto first = answer(1);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_THAT(*first, SizeIs(1));
+  EXPECT_EQ((*first)[0].start.job_id, id);
+  EXPECT_FALSE(answered(2));
+  // node-1's start waited for a poll: a poll finds it at once.
+  poll("node-1", 60'000, 3);
+  ASSERT_TRUE(answered(3));
+  EXPECT_THAT(*got.at(3), SizeIs(1));
+  // Nothing more for node-1: answered when its (real-time) wait is over, with nothing.
+  poll("node-1", 50, 4);
+  auto timed_out = answer(4);
+  ASSERT_TRUE(timed_out.ok());
+  EXPECT_THAT(*timed_out, IsEmpty());
+
+  // node-1 falls silent past node_timeout: its waiting poll is told the node is gone.
+  poll("node-1", 60'000, 5);
+  clock_.Advance(options_.node_timeout + Duration(1'000));
+  Beat("node-0", {Task((*first)[0], "running")});
+  ASSERT_TRUE(cluster_->Tick().ok());
+  EXPECT_EQ(answer(5).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(answered(2));
+
+  // Shutdown answers every poll still waiting, and any after it at once.
+  cluster_->Shutdown();
+  auto at_shutdown = answer(2);
+  ASSERT_TRUE(at_shutdown.ok());
+  EXPECT_THAT(*at_shutdown, IsEmpty());
+  poll("node-0", 60'000, 6);
+  EXPECT_TRUE(answered(6));
 }
 
 TEST_F(ClusterTest, NodeTimeoutThenGraceTearsDownTheGangAndRequeuesIt) {
