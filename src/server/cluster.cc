@@ -2127,7 +2127,9 @@ void Cluster::Impl::ExpirePolls() {
     if (poll_deadlines_.empty()) {
       poll_timer_cv_.wait(lk);
     } else {
-      poll_timer_cv_.wait_until(lk, poll_deadlines_.begin()->first);
+      // A copy: the entry may be gone by the time the wait reads it again.
+      const auto next = poll_deadlines_.begin()->first;
+      poll_timer_cv_.wait_until(lk, next);
     }
     const auto now = std::chrono::steady_clock::now();
     while (!poll_deadlines_.empty() && poll_deadlines_.begin()->first <= now) {
