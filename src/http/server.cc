@@ -243,10 +243,12 @@ struct Server::Impl final : LaterOwner {
   // The worker pool: connections with bytes to read, and the threads that serve them.
   mutable std::mutex pool_mu;
   std::condition_variable pool_cv;
-  std::deque<Conn*> ready;           // GUARDED_BY(pool_mu)
-  std::vector<std::thread> workers;  // GUARDED_BY(pool_mu)
-  size_t idle_workers = 0;           // GUARDED_BY(pool_mu)
-  bool pool_closed = false;          // GUARDED_BY(pool_mu)
+  std::deque<Conn*> ready;  // GUARDED_BY(pool_mu)
+  // Workers are detached; ShutdownPool waits for the count to reach 0.
+  size_t live_workers = 0;  // GUARDED_BY(pool_mu)
+  size_t idle_workers = 0;  // GUARDED_BY(pool_mu)
+  std::condition_variable workers_gone;
+  bool pool_closed = false;  // GUARDED_BY(pool_mu)
   std::atomic<size_t> worker_count{0};
   // Requests answered later: those waiting for Later::Answer, and those answered and
   // waiting for a worker to write the answer.
@@ -262,6 +264,9 @@ struct Server::Impl final : LaterOwner {
 
   // --- the workers ------------------------------------------------------------------
   void Dispatch(Conn* c);
+  // Starts a worker when a connection or an answer would otherwise wait for one.
+  // REQUIRES: pool_mu held.
+  void StartWorkerIfNeeded();
   void Work();
   void ShutdownPool();
   // Serves requests on `c` while it has bytes for them; then parks it in the epoll set
@@ -401,11 +406,18 @@ void Server::Impl::Dispatch(Conn* c) {
   ready.push_back(c);
   // A thread for every connection that would otherwise wait for one: a handler may
   // block (a long poll), and a request must not wait behind it.
-  if (ready.size() > idle_workers && workers.size() < std::max<size_t>(opt.max_threads, 1)) {
-    workers.emplace_back([this] { Work(); });
-    worker_count = workers.size();
-  }
+  StartWorkerIfNeeded();
   pool_cv.notify_one();
+}
+
+void Server::Impl::StartWorkerIfNeeded() {
+  if (pool_closed || ready.size() + answered.size() <= idle_workers ||
+      live_workers >= std::max<size_t>(opt.max_threads, 1)) {
+    return;
+  }
+  ++live_workers;
+  worker_count = live_workers;
+  std::thread([this] { Work(); }).detach();
 }
 
 void Server::Impl::Work() {
@@ -419,8 +431,15 @@ void Server::Impl::Work() {
   std::unique_lock lk(pool_mu);
   for (;;) {
     ++idle_workers;
-    pool_cv.wait(lk, [&] { return !ready.empty() || !answered.empty() || pool_closed; });
+    const bool work = pool_cv.wait_for(lk, opt.worker_idle_exit, [&] {
+      return !ready.empty() || !answered.empty() || pool_closed;
+    });
     --idle_workers;
+    if (!work) {
+      // Idle this long: a burst (a thousand agents registering at once) is over.
+      if (live_workers > opt.min_threads) break;
+      continue;
+    }
     if (!answered.empty()) {
       std::shared_ptr<Later::Pending> p = std::move(answered.front());
       answered.pop_front();
@@ -429,24 +448,25 @@ void Server::Impl::Work() {
       lk.lock();
       continue;
     }
-    if (ready.empty()) return;  // closed
+    if (ready.empty()) break;  // closed
     Conn* c = ready.front();
     ready.pop_front();
     lk.unlock();
     Serve(c);
     lk.lock();
   }
+  --live_workers;
+  worker_count = live_workers;
+  // Under pool_mu: ShutdownPool (and so ~Impl) cannot go on before this thread lets go
+  // of the lock, after which it touches nothing of the server's.
+  workers_gone.notify_all();
 }
 
 void Server::Impl::Resume(std::shared_ptr<Later::Pending> p) {
   std::lock_guard lk(pool_mu);
   waiting.erase(p);
   answered.push_back(std::move(p));
-  if (answered.size() + ready.size() > idle_workers &&
-      workers.size() < std::max<size_t>(opt.max_threads, 1) && !pool_closed) {
-    workers.emplace_back([this] { Work(); });
-    worker_count = workers.size();
-  }
+  StartWorkerIfNeeded();
   pool_cv.notify_one();
 }
 
@@ -482,18 +502,10 @@ void Server::Impl::CloseLater() {
 }
 
 void Server::Impl::ShutdownPool() {
-  std::vector<std::thread> threads;
-  {
-    std::lock_guard lk(pool_mu);
-    pool_closed = true;
-  }
+  std::unique_lock lk(pool_mu);
+  pool_closed = true;  // no thread starts from now on
   pool_cv.notify_all();
-  // No thread starts once the pool is closed (Dispatch runs on the loop, which ended).
-  {
-    std::lock_guard lk(pool_mu);
-    threads.swap(workers);
-  }
-  for (std::thread& t : threads) t.join();
+  workers_gone.wait(lk, [&] { return live_workers == 0; });
 }
 
 void Server::Impl::Close(Conn* c) {

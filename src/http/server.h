@@ -11,10 +11,10 @@
 //
 // Handlers may block (a submission waits for its group commit): the worker pool starts
 // a thread whenever a request would otherwise wait for one, up to `max_threads`, and
-// keeps it for later requests. A request that waits for an event rather than for work
-// (a long poll) is better served by a route answered later (PostLater): its handler
-// returns at once with a Later, the connection holds no thread while it waits, and
-// whoever has the answer calls Later::Answer from any thread.
+// keeps it for later requests until it has been idle for `worker_idle_exit`. A request that waits
+// for an event rather than for work (a long poll) is better served by a route answered later
+// (PostLater): its handler returns at once with a Later, the connection holds no thread while it
+// waits, and whoever has the answer calls Later::Answer from any thread.
 //
 // Requests and responses are cpp-httplib's structs (httplib::Request, httplib::Response),
 // so handlers read the same as with its server: method, path (percent-decoded), params
@@ -61,8 +61,11 @@ struct ServerOptions {
   // set: a busy keep-alive client's next request then costs no trip through the loop
   // thread and no wake-up of another worker.
   std::chrono::microseconds next_request_wait{2'000};
-  // Worker threads: started on demand, kept once started.
+  // Worker threads: started on demand; one idle for `worker_idle_exit` ends unless only
+  // `min_threads` are left.
   size_t max_threads = 4096;
+  size_t min_threads = 8;
+  std::chrono::milliseconds worker_idle_exit{60'000};
 };
 
 // The answer to a request of a route answered later (Server::PostLater). Copyable;
@@ -135,7 +138,7 @@ class Server {
   bool running() const { return running_.load(); }
   // Connections open now, idle or busy (for tests and metrics).
   size_t connections() const;
-  // Worker threads started so far.
+  // Worker threads alive now.
   size_t threads() const;
   // Requests of routes answered later still waiting for their answer.
   size_t waiting() const;

@@ -959,6 +959,38 @@ TEST_F(ServerTest, QueuesRequestsBeyondMaxThreads) {
   EXPECT_LE(server_->threads(), 2u);
 }
 
+TEST_F(ServerTest, EndsWorkersIdleAfterABurstDownToMinThreads) {
+  constexpr int kBurst = 20;
+  server_ = std::make_unique<Server>(
+      ServerOptions{.min_threads = 2, .worker_idle_exit = std::chrono::milliseconds(100)});
+  server_->Get("/block", [&](const httplib::Request&, httplib::Response& res) {
+    gate_.Enter();
+    res.set_content("released", "text/plain");
+  });
+  server_->Get("/fast", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("fast", "text/plain");
+  });
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::atomic<int> answered{0};
+  for (int i = 0; i < kBurst; ++i) {
+    clients_.emplace_back([&] {
+      ClientOptions options;
+      options.read_timeout_ms = 20'000;
+      if (Ok(Client(Url(), options).Send("GET", "/block")).body == "released") ++answered;
+    });
+  }
+  EXPECT_TRUE(gate_.WaitForEntered(kBurst));
+  EXPECT_GE(server_->threads(), static_cast<size_t>(kBurst));
+  gate_.Release();
+  for (auto& t : clients_) t.join();
+  clients_.clear();
+  EXPECT_EQ(answered.load(), kBurst);
+  EXPECT_TRUE(WaitFor([&] { return server_->threads() <= 2; }))
+      << server_->threads() << " threads left";
+  // Those left (and new ones) serve on.
+  EXPECT_EQ(Ok(Client(Url(), {}).Send("GET", "/fast")).body, "fast");
+}
+
 TEST_F(ServerTest, AnswersManyKeepAliveClientsAtOnce) {
   server_->Post("/echo", [](const httplib::Request& req, httplib::Response& res) {
     res.set_content(req.body, "text/plain");
