@@ -242,11 +242,16 @@ struct Server::Impl final : LaterOwner {
 
   // The worker pool: connections with bytes to read, and the threads that serve them.
   mutable std::mutex pool_mu;
-  std::condition_variable pool_cv;
   std::deque<Conn*> ready;  // GUARDED_BY(pool_mu)
   // Workers are detached; ShutdownPool waits for the count to reach 0.
   size_t live_workers = 0;  // GUARDED_BY(pool_mu)
-  size_t idle_workers = 0;  // GUARDED_BY(pool_mu)
+  // Idle workers, the most recently idle last: work goes to the last, so that under a
+  // steady load the same few threads serve and the others stay idle long enough to end.
+  struct IdleWorker {
+    std::condition_variable cv;
+    bool woken = false;
+  };
+  std::vector<IdleWorker*> idle;  // GUARDED_BY(pool_mu)
   std::condition_variable workers_gone;
   bool pool_closed = false;  // GUARDED_BY(pool_mu)
   std::atomic<size_t> worker_count{0};
@@ -264,9 +269,9 @@ struct Server::Impl final : LaterOwner {
 
   // --- the workers ------------------------------------------------------------------
   void Dispatch(Conn* c);
-  // Starts a worker when a connection or an answer would otherwise wait for one.
-  // REQUIRES: pool_mu held.
-  void StartWorkerIfNeeded();
+  // For a connection or an answer just queued: wakes the most recently idle worker, or
+  // starts one. REQUIRES: pool_mu held.
+  void WakeOrStartWorker();
   void Work();
   void ShutdownPool();
   // Serves requests on `c` while it has bytes for them; then parks it in the epoll set
@@ -405,16 +410,20 @@ void Server::Impl::Dispatch(Conn* c) {
   std::lock_guard lk(pool_mu);
   ready.push_back(c);
   // A thread for every connection that would otherwise wait for one: a handler may
-  // block (a long poll), and a request must not wait behind it.
-  StartWorkerIfNeeded();
-  pool_cv.notify_one();
+  // block (a submission waiting for its group commit), and a request must not wait
+  // behind it.
+  WakeOrStartWorker();
 }
 
-void Server::Impl::StartWorkerIfNeeded() {
-  if (pool_closed || ready.size() + answered.size() <= idle_workers ||
-      live_workers >= std::max<size_t>(opt.max_threads, 1)) {
+void Server::Impl::WakeOrStartWorker() {
+  if (!idle.empty()) {
+    IdleWorker* w = idle.back();
+    idle.pop_back();
+    w->woken = true;
+    w->cv.notify_one();
     return;
   }
+  if (pool_closed || live_workers >= std::max<size_t>(opt.max_threads, 1)) return;
   ++live_workers;
   worker_count = live_workers;
   std::thread([this] { Work(); }).detach();
@@ -430,15 +439,16 @@ void Server::Impl::Work() {
   pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   std::unique_lock lk(pool_mu);
   for (;;) {
-    ++idle_workers;
-    const bool work = pool_cv.wait_for(lk, opt.worker_idle_exit, [&] {
-      return !ready.empty() || !answered.empty() || pool_closed;
-    });
-    --idle_workers;
-    if (!work) {
-      // Idle this long: a burst (a thousand agents registering at once) is over.
-      if (live_workers > opt.min_threads) break;
-      continue;
+    if (ready.empty() && answered.empty() && !pool_closed) {
+      IdleWorker me;
+      idle.push_back(&me);
+      me.cv.wait_for(lk, opt.worker_idle_exit, [&] { return me.woken || pool_closed; });
+      if (!me.woken) {
+        idle.erase(std::find(idle.begin(), idle.end(), &me));
+        // Idle this long: a burst (a thousand agents registering at once) is over.
+        if (!pool_closed && live_workers > opt.min_threads) break;
+      }
+      continue;  // woken: take the work, unless a busy worker took it first
     }
     if (!answered.empty()) {
       std::shared_ptr<Later::Pending> p = std::move(answered.front());
@@ -466,8 +476,7 @@ void Server::Impl::Resume(std::shared_ptr<Later::Pending> p) {
   std::lock_guard lk(pool_mu);
   waiting.erase(p);
   answered.push_back(std::move(p));
-  StartWorkerIfNeeded();
-  pool_cv.notify_one();
+  WakeOrStartWorker();
 }
 
 void Server::Impl::Finish(const std::shared_ptr<Later::Pending>& p) {
@@ -504,7 +513,11 @@ void Server::Impl::CloseLater() {
 void Server::Impl::ShutdownPool() {
   std::unique_lock lk(pool_mu);
   pool_closed = true;  // no thread starts from now on
-  pool_cv.notify_all();
+  for (IdleWorker* w : idle) {
+    w->woken = true;
+    w->cv.notify_one();
+  }
+  idle.clear();
   workers_gone.wait(lk, [&] { return live_workers == 0; });
 }
 
