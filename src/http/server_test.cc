@@ -315,6 +315,16 @@ class ServerTest : public ::testing::Test {
     for (auto& t : clients_) t.join();
   }
   std::string Url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // GET /block waits at gate_, then answers "released"; GET /fast answers "fast".
+  void AddBlockAndFastRoutes() {
+    server_->Get("/block", [&](const httplib::Request&, httplib::Response& res) {
+      gate_.Enter();
+      res.set_content("released", "text/plain");
+    });
+    server_->Get("/fast", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("fast", "text/plain");
+    });
+  }
 
   std::unique_ptr<Server> server_ = std::make_unique<Server>();
   int port_ = 0;
@@ -899,13 +909,7 @@ TEST_F(ServerTest, SendsWhatContentProvidersWrite) {
 
 TEST_F(ServerTest, AnswersOtherRequestsWhileHandlersBlock) {
   constexpr int kBlocked = 50;
-  server_->Get("/block", [&](const httplib::Request&, httplib::Response& res) {
-    gate_.Enter();
-    res.set_content("released", "text/plain");
-  });
-  server_->Get("/fast", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("fast", "text/plain");
-  });
+  AddBlockAndFastRoutes();
   ASSERT_NO_FATAL_FAILURE(Start());
   std::vector<std::variant<Response, Error>> answers(kBlocked);
   for (int i = 0; i < kBlocked; ++i) {
@@ -935,10 +939,7 @@ TEST_F(ServerTest, AnswersOtherRequestsWhileHandlersBlock) {
 TEST_F(ServerTest, QueuesRequestsBeyondMaxThreads) {
   server_ = std::make_unique<Server>(ServerOptions{.max_threads = 2});
   std::atomic<int> answered{0};
-  server_->Get("/block", [&](const httplib::Request&, httplib::Response& res) {
-    gate_.Enter();
-    res.set_content("released", "text/plain");
-  });
+  AddBlockAndFastRoutes();
   ASSERT_NO_FATAL_FAILURE(Start());
   for (int i = 0; i < 4; ++i) {
     clients_.emplace_back([&] {
@@ -963,13 +964,7 @@ TEST_F(ServerTest, EndsWorkersIdleAfterABurstDownToMinThreads) {
   constexpr int kBurst = 20;
   server_ = std::make_unique<Server>(
       ServerOptions{.min_threads = 2, .worker_idle_exit = std::chrono::milliseconds(100)});
-  server_->Get("/block", [&](const httplib::Request&, httplib::Response& res) {
-    gate_.Enter();
-    res.set_content("released", "text/plain");
-  });
-  server_->Get("/fast", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("fast", "text/plain");
-  });
+  AddBlockAndFastRoutes();
   ASSERT_NO_FATAL_FAILURE(Start());
   std::atomic<int> answered{0};
   for (int i = 0; i < kBurst; ++i) {
