@@ -447,8 +447,9 @@ class Cluster::Impl {
   }
   // Long polls. REQUIRES: mu_ held.
   std::vector<Command> TakeCommandsLocked(NodeEntry& n);
-  // Answers the node's oldest poll with `r`.
-  void FinishPollLocked(NodeEntry& n, Result<std::vector<Command>> r);
+  // Answers the node's poll `which` with `r`.
+  void FinishPollLocked(NodeEntry& n, std::deque<std::shared_ptr<PollWaiter>>::iterator which,
+                        Result<std::vector<Command>> r);
   // Answers the polls that can be: all with NotFound when the node is not connected,
   // the oldest with the commands when there are any, all at shutdown.
   void WakePollsLocked(NodeEntry& n);
@@ -2102,22 +2103,28 @@ std::vector<Command> Cluster::Impl::TakeCommandsLocked(NodeEntry& n) {
   return out;
 }
 
-void Cluster::Impl::FinishPollLocked(NodeEntry& n, Result<std::vector<Command>> r) {
-  std::shared_ptr<PollWaiter> w = std::move(n.polls.front());
-  n.polls.pop_front();
+void Cluster::Impl::FinishPollLocked(NodeEntry& n,
+                                     std::deque<std::shared_ptr<PollWaiter>>::iterator which,
+                                     Result<std::vector<Command>> r) {
+  std::shared_ptr<PollWaiter> w = std::move(*which);
+  n.polls.erase(which);
   poll_deadlines_.erase(w->at);
   w->done(std::move(r));
 }
 
 void Cluster::Impl::WakePollsLocked(NodeEntry& n) {
   if (!n.connected) {
-    while (!n.polls.empty()) FinishPollLocked(n, NotFound("unknown node " + n.node.name));
+    while (!n.polls.empty()) {
+      FinishPollLocked(n, n.polls.begin(), NotFound("unknown node " + n.node.name));
+    }
     return;
   }
   // The oldest poll takes the commands; the others wait on, unless the server stops.
-  if (!n.polls.empty() && !n.commands.empty()) FinishPollLocked(n, TakeCommandsLocked(n));
+  if (!n.polls.empty() && !n.commands.empty()) {
+    FinishPollLocked(n, n.polls.begin(), TakeCommandsLocked(n));
+  }
   if (shutdown_) {
-    while (!n.polls.empty()) FinishPollLocked(n, TakeCommandsLocked(n));
+    while (!n.polls.empty()) FinishPollLocked(n, n.polls.begin(), TakeCommandsLocked(n));
   }
 }
 
@@ -2135,9 +2142,7 @@ void Cluster::Impl::ExpirePolls() {
     while (!poll_deadlines_.empty() && poll_deadlines_.begin()->first <= now) {
       std::shared_ptr<PollWaiter> w = poll_deadlines_.begin()->second;
       NodeEntry& n = nodes_.at(w->node);  // a node's polls end before it goes
-      auto pos = std::find(n.polls.begin(), n.polls.end(), w);
-      std::rotate(n.polls.begin(), pos, pos + 1);  // to the front, for FinishPollLocked
-      FinishPollLocked(n, TakeCommandsLocked(n));
+      FinishPollLocked(n, std::find(n.polls.begin(), n.polls.end(), w), TakeCommandsLocked(n));
     }
   }
   // Polls still waiting now are dropped unanswered: the Cluster is being destroyed,
