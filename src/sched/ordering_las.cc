@@ -1,23 +1,20 @@
-// Least-attained-service ordering, after Tiresias' discretised 2D-LAS: jobs that
-// have received less GPU-time go first, in a few coarse levels (under 1 GPU-hour,
-// under 16 GPU-hours, more), FIFO within a level. Short jobs finish quickly without
-// knowing durations in advance; coarse levels keep long jobs from being reordered
-// (and preempted) on every small difference.
+// Least-attained-service ordering (sched/las.h): by priority class first, then jobs
+// that have received less GPU-time, in a few coarse levels, FIFO within a level.
+//
+// A snapshot built for this ordering (lifecycle::SnapshotBuilder) carries each job's
+// LAS priority (LasPriority: class and level in one number); a snapshot with plain
+// class values is ordered the same way, the level then coming from attained_service.
+#include "sched/las.h"
 #include "sched/policies.h"
 
 namespace trainyard::sched {
 namespace {
 
-constexpr int64_t kLevelBoundsMs[] = {3'600'000, 16 * 3'600'000};
-
 class LasOrdering : public Ordering {
  public:
   Key KeyOf(const PendingJob& job, double, bool) const override {
-    int64_t level = 0;
-    for (int64_t bound : kLevelBoundsMs) {
-      if (job.attained_service.count() >= bound) ++level;
-    }
-    return Key{level, 0, 0, job.submit_time.time_since_epoch().count(), job.id};
+    return Key{-static_cast<int64_t>(job.priority), LasLevel(job.attained_service), 0,
+               job.submit_time.time_since_epoch().count(), job.id};
   }
 };
 
