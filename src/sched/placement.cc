@@ -252,7 +252,7 @@ std::optional<GangPlacement> PlaceShares(const NodeIndex& index, const GangReque
                                          const PlacementStyle& style, int type) {
   ShareBuilder b(index, req, style, type);
   const TopologyConstraint c = req.topology.constraint;
-  if (c != TopologyConstraint::kNone && req.shape.replicas > 1) {
+  if (c != TopologyConstraint::kNone && req.max_replicas > 1) {
     const bool node = c == TopologyConstraint::kSameNode || c == TopologyConstraint::kSameNvlink;
     const int scopes = node ? index.NodeCount() : index.LeafCount();
     for (int k = 0; k < scopes; ++k) {

@@ -1,6 +1,8 @@
 // Property tests of sched::Schedule: invariants that must hold for every cluster,
 // workload and policy, checked over thousands of random snapshots from fixed seeds
-// (sched/testing.h). A failing case is shrunk (pending jobs, running jobs, nodes and
+// (sched/testing.h). The decision contract is sched/contract.h's checker, one part per
+// test; the properties that need more than one pass (determinism, order independence,
+// infeasible means never) are here. A failing case is shrunk (pending jobs, running jobs, nodes and
 // queues dropped while the violation persists) and printed as a reproducer.
 //
 // TRAINYARD_PROP_CASES=N runs N snapshots instead of the default; TRAINYARD_PROP_SEED=S
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sched/contract.h"
 #include "sched/schedule.h"
 #include "sched/testing.h"
 
@@ -114,403 +117,26 @@ Snapshot RandomCase(uint64_t seed) {
   return SyntheticSnapshot(c, w, rng());
 }
 
-// --- Facts about a snapshot and its decisions -------------------------------------------
-
-struct Facts {
-  explicit Facts(const Snapshot& s) : snap(s) {
-    for (const Node& n : s.nodes) node[n.name] = &n;
-    for (const PendingJob& j : s.pending) pending[j.id] = &j;
-    for (const RunningJob& r : s.running) {
-      running[r.id] = &r;
-      for (const Placement& p : r.replicas) {
-        if (!node.count(p.node)) continue;
-        for (int g : p.gpus) busy[p.node].insert(g);
-        cpu_used[p.node] += r.per_replica.milli_cpus;
-        mem_used[p.node] += r.per_replica.memory_bytes;
-      }
-    }
-    for (size_t q = 0; q < s.queues.size(); ++q) {
-      queue_at[{s.queues[q].tenant, s.queues[q].name}] = static_cast<int>(q);
-    }
-    used_start.assign(s.queues.size(), 0);
-    for (const RunningJob& r : s.running) {
-      for (int a : Chain(r.tenant, r.queue)) used_start[a] += r.Gpus();
-    }
-  }
-
-  // The queue and its ancestors; empty when the queue is unknown or queues are implicit.
-  std::vector<int> Chain(const std::string& tenant, const std::string& queue) const {
-    std::vector<int> out;
-    auto it = queue_at.find({tenant, queue});
-    if (it == queue_at.end()) return out;
-    for (int q = it->second; q >= 0 && out.size() <= snap.queues.size();) {
-      out.push_back(q);
-      const Queue& qq = snap.queues[q];
-      auto p = queue_at.find({qq.tenant, qq.parent});
-      q = qq.parent.empty() || p == queue_at.end() || p->second == q ? -1 : p->second;
-    }
-    return out;
-  }
-
-  const Gpu* GpuOf(const std::string& node_name, int index) const {
-    auto it = node.find(node_name);
-    if (it == node.end()) return nullptr;
-    for (const Gpu& g : it->second->gpus) {
-      if (g.index == index) return &g;
-    }
-    return nullptr;
-  }
-
-  const Snapshot& snap;
-  std::map<std::string, const Node*> node;
-  std::map<JobId, const PendingJob*> pending;
-  std::map<JobId, const RunningJob*> running;
-  std::map<std::string, std::set<int>> busy;
-  std::map<std::string, int64_t> cpu_used, mem_used;
-  std::map<std::pair<std::string, std::string>, int> queue_at;
-  std::vector<int64_t> used_start;  // GPUs per queue, its descendants included
-};
-
-int64_t BoundGpus(const PendingJob& j, const Bind& b) {
-  return j.per_replica.gpus * static_cast<int64_t>(b.replicas.size());
-}
-
-// GPUs per queue (descendants included) after the binds.
-std::vector<int64_t> UsedAfter(const Facts& f, const Decisions& d) {
-  std::vector<int64_t> used = f.used_start;
-  for (const Bind& b : d.binds) {
-    auto it = f.pending.find(b.job);
-    if (it == f.pending.end()) continue;
-    for (int a : f.Chain(it->second->tenant, it->second->queue))
-      used[a] += BoundGpus(*it->second, b);
-  }
-  return used;
-}
+// --- The decision contract -------------------------------------------------------------
 
 using Violations = std::vector<std::string>;
 using Checker = std::function<Violations(const Snapshot&, const Policy&, const Decisions&)>;
 
 std::string J(JobId id) { return "job " + std::to_string(id); }
 
-// Never over-commit; Ready nodes only; GPU type, memory, exclusions and hard topology.
-Violations CheckPlacements(const Snapshot& s, const Policy&, const Decisions& d) {
-  Violations v;
-  Facts f(s);
-  std::map<std::string, std::set<int>> taken = f.busy;
-  std::map<std::string, int64_t> cpu = f.cpu_used, mem = f.mem_used;
-  std::set<std::string> touched;
-  for (const Bind& b : d.binds) {
-    auto pj = f.pending.find(b.job);
-    if (pj == f.pending.end()) {
-      v.push_back("bind of unknown " + J(b.job));
-      continue;
-    }
-    const PendingJob& j = *pj->second;
-    std::set<std::string> leaves, domains, models;
-    std::set<std::string> nodes;
-    for (const Placement& p : b.replicas) {
-      auto pn = f.node.find(p.node);
-      if (pn == f.node.end()) {
-        v.push_back(J(j.id) + " bound on unknown node " + p.node);
-        continue;
-      }
-      const Node& n = *pn->second;
-      nodes.insert(n.name);
-      leaves.insert(n.topology.leaf);
-      touched.insert(n.name);
-      if (n.state != NodeState::kReady) {
-        v.push_back(J(j.id) + " bound on node " + n.name + " which is " +
-                    std::string(NodeStateName(n.state)));
-      }
-      if (std::find(j.excluded_nodes.begin(), j.excluded_nodes.end(), n.name) !=
-          j.excluded_nodes.end()) {
-        v.push_back(J(j.id) + " bound on its excluded node " + n.name);
-      }
-      for (int g : p.gpus) {
-        const Gpu* gpu = f.GpuOf(n.name, g);
-        if (gpu == nullptr) {
-          v.push_back(J(j.id) + " bound on GPU " + std::to_string(g) + " which node " + n.name +
-                      " does not have");
-          continue;
-        }
-        if (!taken[n.name].insert(g).second) {
-          v.push_back(J(j.id) + " bound on GPU " + n.name + "[" + std::to_string(g) +
-                      "] which is already in use");
-        }
-        if (!GpuTypeMatches(j.per_replica.gpu_type, gpu->model)) {
-          v.push_back(J(j.id) + " asks for " + j.per_replica.gpu_type + ", got " + gpu->model +
-                      " on " + n.name);
-        }
-        if (gpu->memory_bytes < j.per_replica.gpu_memory_bytes) {
-          v.push_back(J(j.id) + " asks for " + FormatMemory(j.per_replica.gpu_memory_bytes) +
-                      " per GPU, got " + FormatMemory(gpu->memory_bytes) + " on " + n.name);
-        }
-        domains.insert(gpu->nvlink_domain);
-        models.insert(gpu->model);
-      }
-      cpu[n.name] += j.per_replica.milli_cpus;
-      mem[n.name] += j.per_replica.memory_bytes;
-    }
-    if (j.topology.hard) {
-      switch (j.topology.constraint) {
-        case TopologyConstraint::kSameNode:
-          if (nodes.size() > 1)
-            v.push_back(J(j.id) + " (hard same-node) spans " + std::to_string(nodes.size()) +
-                        " nodes");
-          break;
-        case TopologyConstraint::kSameLeaf:
-          if (leaves.size() > 1)
-            v.push_back(J(j.id) + " (hard same-leaf) spans " + std::to_string(leaves.size()) +
-                        " leaves");
-          break;
-        case TopologyConstraint::kSameNvlink:
-          if (domains.size() > 1)
-            v.push_back(J(j.id) + " (hard same-nvlink) spans " + std::to_string(domains.size()) +
-                        " NVLink domains");
-          break;
-        case TopologyConstraint::kNone:
-          break;
+// The parts `parts` of the decision contract (sched/contract.h), as a property: each
+// test below checks some of them, so that a failure names what broke and its
+// reproducer is shrunk for that part alone. Together they check all of it.
+Checker ContractParts(std::vector<Contract> parts) {
+  return [parts](const Snapshot& s, const Policy& p, const Decisions& d) {
+    Violations v;
+    for (Violation& found : CheckDecisions(s, p, d)) {
+      if (std::find(parts.begin(), parts.end(), found.contract) != parts.end()) {
+        v.push_back(std::string(ContractName(found.contract)) + ": " + found.message);
       }
     }
-    if (models.size() > 1) v.push_back(J(j.id) + " mixes GPU models in one gang");
-  }
-  for (const std::string& name : touched) {
-    const Node& n = *f.node.at(name);
-    if (cpu[name] > n.milli_cpus) {
-      v.push_back("node " + name + " CPUs over-committed: " + std::to_string(cpu[name]) + "m of " +
-                  std::to_string(n.milli_cpus) + "m");
-    }
-    if (mem[name] > n.memory_bytes) {
-      v.push_back("node " + name + " memory over-committed: " + FormatMemory(mem[name]) + " of " +
-                  FormatMemory(n.memory_bytes));
-    }
-  }
-  return v;
-}
-
-// Gangs are bound whole; every pending job gets exactly one outcome.
-Violations CheckGangs(const Snapshot& s, const Policy&, const Decisions& d) {
-  Violations v;
-  Facts f(s);
-  std::map<JobId, int> seen;
-  for (const Bind& b : d.binds) {
-    ++seen[b.job];
-    auto pj = f.pending.find(b.job);
-    if (pj == f.pending.end()) continue;
-    const PendingJob& j = *pj->second;
-    const int lo = std::max(1, std::min(j.min_replicas, j.replicas));
-    const int hi = std::max(j.replicas, lo);
-    const int n = static_cast<int>(b.replicas.size());
-    if (n < lo || n > hi) {
-      v.push_back(J(j.id) + " bound with " + std::to_string(n) + " replicas; wants " +
-                  std::to_string(lo) + ".." + std::to_string(hi));
-    }
-    for (const Placement& p : b.replicas) {
-      if (static_cast<int64_t>(p.gpus.size()) != j.per_replica.gpus) {
-        v.push_back(J(j.id) + " replica on " + p.node + " has " + std::to_string(p.gpus.size()) +
-                    " GPUs; wants " + std::to_string(j.per_replica.gpus));
-      }
-    }
-    if (j.held) v.push_back(J(j.id) + " is held but was bound");
-    if (j.eligible_time > s.now) v.push_back(J(j.id) + " is in retry backoff but was bound");
-  }
-  for (const Waiting& w : d.waiting) ++seen[w.job];
-  for (const Infeasible& i : d.infeasible) ++seen[i.job];
-  for (const PendingJob& j : s.pending) {
-    int n = seen.count(j.id) ? seen[j.id] : 0;
-    if (n != 1) v.push_back(J(j.id) + " appears " + std::to_string(n) + " times in the decisions");
-  }
-  for (const auto& [id, n] : seen) {
-    if (!f.pending.count(id)) v.push_back("decisions name " + J(id) + ", which is not pending");
-  }
-  return v;
-}
-
-// No queue (or ancestor) goes above its limit because of this pass's binds.
-Violations CheckQueueLimits(const Snapshot& s, const Policy&, const Decisions& d) {
-  Violations v;
-  if (s.queues.empty()) return v;
-  Facts f(s);
-  std::vector<int64_t> after = UsedAfter(f, d);
-  for (size_t q = 0; q < s.queues.size(); ++q) {
-    if (after[q] > f.used_start[q] && after[q] > s.queues[q].limit_gpus) {
-      std::string jobs;
-      for (const Bind& b : d.binds) {
-        const PendingJob& j = *f.pending.at(b.job);
-        auto chain = f.Chain(j.tenant, j.queue);
-        if (std::find(chain.begin(), chain.end(), static_cast<int>(q)) != chain.end()) {
-          jobs += " " + std::to_string(b.job) + "(" + std::to_string(BoundGpus(j, b)) + ")";
-        }
-      }
-      v.push_back("queue " + s.queues[q].name + " uses " + std::to_string(after[q]) +
-                  " GPUs after the pass (" + std::to_string(f.used_start[q]) + " before), limit " +
-                  std::to_string(s.queues[q].limit_gpus) + "; bound:" + jobs);
-    }
-  }
-  for (const Bind& b : d.binds) {
-    const PendingJob& j = *f.pending.at(b.job);
-    if (f.Chain(j.tenant, j.queue).empty()) {
-      v.push_back(J(j.id) + " bound in unknown queue " + j.tenant + "/" + j.queue);
-    }
-  }
-  return v;
-}
-
-// Only preemptible, old enough, lower-priority victims, or reclaim of borrowed quota.
-Violations CheckPreemptions(const Snapshot& s, const Policy& policy, const Decisions& d) {
-  Violations v;
-  Facts f(s);
-  if (policy.preemption == "none" && !d.preemptions.empty()) {
-    v.push_back("preemption 'none' but " + std::to_string(d.preemptions.size()) + " preemptions");
-  }
-  std::set<JobId> bound, waiting, victims;
-  for (const Bind& b : d.binds) bound.insert(b.job);
-  for (const Waiting& w : d.waiting) waiting.insert(w.job);
-  std::vector<int64_t> after = UsedAfter(f, d);
-  const bool implicit = s.queues.empty();
-  auto guaranteed = [&](int q) { return q >= 0 ? s.queues[q].guaranteed_gpus : 0; };
-  auto borrowing_after = [&](const std::string& tenant, const std::string& queue) {
-    if (implicit) {
-      int64_t used = 0;  // an implicit queue has no guarantee
-      for (const RunningJob& r : s.running) {
-        if (r.tenant == tenant && r.queue == queue) used += r.Gpus();
-      }
-      for (const Bind& b : d.binds) {
-        const PendingJob& j = *f.pending.at(b.job);
-        if (j.tenant == tenant && j.queue == queue) used += BoundGpus(j, b);
-      }
-      return used > 0;
-    }
-    auto chain = f.Chain(tenant, queue);
-    return !chain.empty() && after[chain[0]] > guaranteed(chain[0]);
+    return v;
   };
-  std::map<JobId, int> per_preemptor;
-  for (const Preempt& p : d.preemptions) {
-    auto rv = f.running.find(p.job);
-    auto pj = f.pending.find(p.for_job);
-    if (rv == f.running.end()) {
-      v.push_back("preempts unknown running " + J(p.job));
-      continue;
-    }
-    if (pj == f.pending.end()) {
-      v.push_back(J(p.job) + " preempted for unknown pending " + J(p.for_job));
-      continue;
-    }
-    const RunningJob& r = *rv->second;
-    const PendingJob& j = *pj->second;
-    const std::string what = J(r.id) + " preempted for " + J(j.id);
-    if (!victims.insert(r.id).second) v.push_back(J(r.id) + " preempted twice");
-    ++per_preemptor[j.id];
-    if (!r.preemptible) v.push_back(what + ": victim is not preemptible");
-    if (r.preempting) v.push_back(what + ": victim is already preempting");
-    if (s.now - r.start_time < policy.min_runtime) {
-      v.push_back(what + ": victim ran only " + FormatDuration(s.now - r.start_time) +
-                  " (min_runtime " + FormatDuration(policy.min_runtime) + ")");
-    }
-    if (bound.count(j.id)) v.push_back(what + ", which was bound in the same pass");
-    if (!waiting.count(j.id)) v.push_back(what + ", which is not waiting");
-    const bool same_queue = r.tenant == j.tenant && r.queue == j.queue;
-    const bool victim_borrowing = borrowing_after(r.tenant, r.queue);
-    // The documented rule (schedule.h step 4): lower priority in the preemptor's own
-    // queue or in a borrowing queue; or reclaim: the preemptor's queue stays within its
-    // guarantee and the victim's queue borrows.
-    const bool by_priority = r.priority < j.priority && (same_queue || victim_borrowing);
-    bool by_reclaim = false;
-    if (!implicit && !same_queue && victim_borrowing) {
-      auto chain = f.Chain(j.tenant, j.queue);
-      const int64_t need = j.per_replica.gpus * std::max(1, std::min(j.min_replicas, j.replicas));
-      by_reclaim = !chain.empty() && f.used_start[chain[0]] + need <= guaranteed(chain[0]);
-    }
-    if (!by_priority && !by_reclaim) {
-      v.push_back(what + ": priority " + std::to_string(r.priority) + " vs " +
-                  std::to_string(j.priority) + (same_queue ? ", same queue" : ", other queue") +
-                  (victim_borrowing ? " (borrowing)" : " (not borrowing)") +
-                  ", and not a reclaim of borrowed quota");
-    }
-  }
-  for (const auto& [id, n] : per_preemptor) {
-    if (n > policy.max_victims) {
-      v.push_back(J(id) + " preempts " + std::to_string(n) + " jobs, max_victims " +
-                  std::to_string(policy.max_victims));
-    }
-  }
-  return v;
-}
-
-// A reservation's GPUs that were free at pass start go only to jobs that end in time.
-Violations CheckReservations(const Snapshot& s, const Policy& policy, const Decisions& d) {
-  Violations v;
-  Facts f(s);
-  // A job that preempts also holds its placement (a Reserve from now); those holds
-  // are not backfill reservations and do not count against policy.reservations.
-  // Decisions does not mark them: a hold is a reservation from now of a job that
-  // preempts or waits for preempting jobs to stop.
-  std::set<JobId> preemptors;
-  for (const Preempt& p : d.preemptions) preemptors.insert(p.for_job);
-  for (const Waiting& w : d.waiting) {
-    if (w.reason.str().find(" to stop") != std::string::npos) preemptors.insert(w.job);
-  }
-  int backfill_reservations = 0;
-  for (const Reserve& r : d.reservations) {
-    backfill_reservations += !(r.earliest_start == s.now && preemptors.count(r.job));
-  }
-  if (!policy.backfill && backfill_reservations > 0) {
-    v.push_back("backfill off but " + std::to_string(backfill_reservations) + " reservations made");
-  }
-  if (backfill_reservations > policy.reservations) {
-    v.push_back(std::to_string(backfill_reservations) + " reservations, policy allows " +
-                std::to_string(policy.reservations));
-  }
-  std::set<JobId> waiting;
-  for (const Waiting& w : d.waiting) waiting.insert(w.job);
-  // (node, GPU) -> binds using it
-  std::map<std::pair<std::string, int>, JobId> bound_on;
-  for (const Bind& b : d.binds) {
-    for (const Placement& p : b.replicas) {
-      for (int g : p.gpus) bound_on[{p.node, g}] = b.job;
-    }
-  }
-  // Two reservations may share a GPU only one after the other: the earlier job's time
-  // limit ends by the later one's start.
-  std::map<std::pair<std::string, int>, const Reserve*> reserved_for;
-  auto ends_by = [&](const Reserve& a, const Reserve& b) {
-    const PendingJob& j = *f.pending.at(a.job);
-    return j.time_limit.count() > 0 && a.earliest_start + j.time_limit <= b.earliest_start;
-  };
-  for (const Reserve& r : d.reservations) {
-    for (const Placement& p : r.replicas) {
-      for (int g : p.gpus) {
-        auto [it, fresh] = reserved_for.emplace(std::make_pair(p.node, g), &r);
-        if (fresh || ends_by(*it->second, r) || ends_by(r, *it->second)) continue;
-        v.push_back("GPU " + p.node + "[" + std::to_string(g) + "] reserved for both " +
-                    J(it->second->job) + " (from now+" +
-                    FormatDuration(it->second->earliest_start - s.now) + ") and " + J(r.job) +
-                    " (from now+" + FormatDuration(r.earliest_start - s.now) + ")");
-      }
-    }
-  }
-  for (const Reserve& r : d.reservations) {
-    if (r.earliest_start < s.now) {
-      v.push_back("reservation of " + J(r.job) + " starts " +
-                  FormatDuration(s.now - r.earliest_start) + " before now");
-    }
-    if (!waiting.count(r.job)) v.push_back("reservation of " + J(r.job) + ", which is not waiting");
-    for (const Placement& p : r.replicas) {
-      for (int g : p.gpus) {
-        if (f.busy.count(p.node) && f.busy.at(p.node).count(g)) continue;  // freed by then
-        auto it = bound_on.find({p.node, g});
-        if (it == bound_on.end()) continue;
-        const PendingJob& j = *f.pending.at(it->second);
-        if (j.time_limit.count() <= 0 || s.now + j.time_limit > r.earliest_start) {
-          v.push_back(J(j.id) + " bound on " + p.node + "[" + std::to_string(g) +
-                      "], reserved for " + J(r.job) + " from now+" +
-                      FormatDuration(r.earliest_start - s.now) + ", with time limit " +
-                      FormatDuration(j.time_limit));
-        }
-      }
-    }
-  }
-  return v;
 }
 
 // --- Shrinking -------------------------------------------------------------------------
@@ -614,19 +240,31 @@ void CheckAll(const std::string& property, const Checker& check,
 
 bool DefaultOnly(const NamedPolicy& np) { return np.name == "default"; }
 
+// Never over-commit; Ready nodes only; GPU type, memory, exclusions and hard topology.
 TEST(SchedulePropertyTest, NeverOverCommitsAndHonoursPlacementConstraints) {
-  CheckAll("placement", CheckPlacements);
+  CheckAll("placement", ContractParts({Contract::kPlacement}));
 }
 
+// Gangs are bound whole; every pending job gets exactly one outcome; held jobs and
+// jobs in retry backoff are not bound.
 TEST(SchedulePropertyTest, GangsAreAllOrNothingAndEveryJobHasOneOutcome) {
-  CheckAll("gang", CheckGangs);
+  CheckAll("gang", ContractParts({Contract::kGang, Contract::kAnswer}));
 }
 
-TEST(SchedulePropertyTest, NoQueueGoesAboveItsLimit) { CheckAll("queue limit", CheckQueueLimits); }
+// No queue (or ancestor) goes above its limit because of this pass's binds.
+TEST(SchedulePropertyTest, NoQueueGoesAboveItsLimit) {
+  CheckAll("queue limit", ContractParts({Contract::kQueue}));
+}
 
-TEST(SchedulePropertyTest, PreemptionsAreLegal) { CheckAll("preemption", CheckPreemptions); }
+// Only preemptible, old enough, lower-priority victims, or reclaim of borrowed quota.
+TEST(SchedulePropertyTest, PreemptionsAreLegal) {
+  CheckAll("preemption", ContractParts({Contract::kPreemption}));
+}
 
-TEST(SchedulePropertyTest, ReservationsAreRespected) { CheckAll("reservation", CheckReservations); }
+// A reservation's GPUs go only to jobs that end in time.
+TEST(SchedulePropertyTest, ReservationsAreRespected) {
+  CheckAll("reservation", ContractParts({Contract::kReservation}));
+}
 
 TEST(SchedulePropertyTest, SameSnapshotGivesSameDecisions) {
   CheckAll(
@@ -915,16 +553,21 @@ TEST(ScheduleRegressionTest, VictimsOutsideTheScopeCountAgainstMaxVictims) {
 TEST(SyntheticSnapshotTest, RunningJobsArePlacedConsistently) {
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     Snapshot s = RandomCase(seed);
-    Facts f(s);
+    std::map<std::string, const Node*> node;
+    for (const Node& n : s.nodes) node[n.name] = &n;
+    auto has_gpu = [&](const std::string& name, int index) {
+      const std::vector<Gpu>& gpus = node.at(name)->gpus;
+      return std::any_of(gpus.begin(), gpus.end(), [&](const Gpu& g) { return g.index == index; });
+    };
     std::map<std::string, std::set<int>> used;
     std::map<std::string, int64_t> cpu, mem;
     for (const RunningJob& r : s.running) {
       for (const Placement& p : r.replicas) {
-        ASSERT_TRUE(f.node.count(p.node)) << "seed " << seed;
-        ASSERT_NE(f.node.at(p.node)->state, NodeState::kDown) << "seed " << seed;
+        ASSERT_TRUE(node.count(p.node)) << "seed " << seed;
+        ASSERT_NE(node.at(p.node)->state, NodeState::kDown) << "seed " << seed;
         ASSERT_EQ(static_cast<int64_t>(p.gpus.size()), r.per_replica.gpus);
         for (int g : p.gpus) {
-          ASSERT_NE(f.GpuOf(p.node, g), nullptr) << "seed " << seed;
+          ASSERT_TRUE(has_gpu(p.node, g)) << "seed " << seed;
           ASSERT_TRUE(used[p.node].insert(g).second)
               << "seed " << seed << " " << p.node << "[" << g << "]";
         }
@@ -936,12 +579,23 @@ TEST(SyntheticSnapshotTest, RunningJobsArePlacedConsistently) {
         ASSERT_GE(*r.last_checkpoint, r.start_time);
       }
     }
-    for (const auto& [name, c] : cpu) ASSERT_LE(c, f.node.at(name)->milli_cpus) << "seed " << seed;
-    for (const auto& [name, m] : mem)
-      ASSERT_LE(m, f.node.at(name)->memory_bytes) << "seed " << seed;
-    for (size_t q = 0; q < s.queues.size(); ++q) {
-      ASSERT_LE(f.used_start[q], s.queues[q].limit_gpus) << "seed " << seed;
-      ASSERT_LE(s.queues[q].guaranteed_gpus, s.queues[q].limit_gpus) << "seed " << seed;
+    for (const auto& [name, c] : cpu) ASSERT_LE(c, node.at(name)->milli_cpus) << "seed " << seed;
+    for (const auto& [name, m] : mem) ASSERT_LE(m, node.at(name)->memory_bytes) << "seed " << seed;
+    // GPUs per queue, its descendants included.
+    std::map<std::pair<std::string, std::string>, const Queue*> queue;
+    for (const Queue& q : s.queues) queue[{q.tenant, q.name}] = &q;
+    std::map<const Queue*, int64_t> queue_used;
+    for (const RunningJob& r : s.running) {
+      auto it = queue.find({r.tenant, r.queue});
+      for (size_t depth = 0; it != queue.end() && depth <= s.queues.size(); ++depth) {
+        queue_used[it->second] += r.Gpus();
+        it = it->second->parent.empty() ? queue.end()
+                                        : queue.find({it->second->tenant, it->second->parent});
+      }
+    }
+    for (const Queue& q : s.queues) {
+      ASSERT_LE(queue_used[&q], q.limit_gpus) << "seed " << seed;
+      ASSERT_LE(q.guaranteed_gpus, q.limit_gpus) << "seed " << seed;
     }
     std::set<JobId> ids;
     for (const RunningJob& r : s.running) ASSERT_TRUE(ids.insert(r.id).second);

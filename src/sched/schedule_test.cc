@@ -357,5 +357,27 @@ TEST(ScheduleTest, AGangOfSharesKeepsItsTopologyConstraint) {
   EXPECT_NE(together.binds[0].replicas[0].gpus, together.binds[0].replicas[1].gpus);
 }
 
+// An elastic gang of shares (min_replicas 1) was placed without its hard constraint:
+// PlaceShares tested the constraint only for gangs of more than one replica at
+// minimum, and then placed up to `replicas` anywhere (found by the contract checker).
+TEST(ScheduleTest, AnElasticGangOfSharesKeepsItsHardConstraint) {
+  Snapshot s;
+  s.now = T(100);
+  s.nodes.push_back(MakeNode("n0", 1));
+  s.nodes.push_back(MakeNode("n1", 1));
+  PendingJob gang = Pending(1, 2, 1, 1);
+  gang.min_replicas = 1;
+  gang.per_replica.gpu_milli = 600;
+  gang.topology = {TopologyConstraint::kSameNode, true};
+  s.pending = {gang};
+  Decisions d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 1u) << "one replica fits on either node";
+  ASSERT_EQ(d.binds[0].replicas.size(), 1u) << "a second one would be on the other node";
+  s.pending[0].topology = {};  // no constraint: both replicas, one per node
+  d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 1u);
+  EXPECT_EQ(d.binds[0].replicas.size(), 2u);
+}
+
 }  // namespace
 }  // namespace trainyard::sched
