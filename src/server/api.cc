@@ -553,40 +553,6 @@ ordered_json RenderQueue(const QueueView& v) {
   return j;
 }
 
-Result<std::string> DecodeBase64(std::string_view text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (text.size() % 4 != 0) return InvalidArgument("data_b64: length is not a multiple of 4");
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  for (size_t i = 0; i < text.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      char c = text[i + static_cast<size_t>(k)];
-      if (c == '=' && i + 4 == text.size() && k >= 2) {
-        v[k] = 0;
-        ++pad;
-      } else if (pad > 0 || (v[k] = value(c)) < 0) {
-        return InvalidArgument("data_b64: not base64 at byte " +
-                               std::to_string(i + static_cast<size_t>(k)));
-      }
-    }
-    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
-                       (static_cast<uint32_t>(v[2]) << 6) | static_cast<uint32_t>(v[3]);
-    out.push_back(static_cast<char>((n >> 16) & 0xff));
-    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xff));
-    if (pad < 1) out.push_back(static_cast<char>(n & 0xff));
-  }
-  return out;
-}
-
 namespace {
 
 struct TaskRef {
@@ -782,7 +748,7 @@ Result<ProfileReport> ParseProfileReport(std::string_view body) {
   if (b64 == j.end() || !b64->is_string()) {
     return InvalidArgument("profile.data_b64: required, a base64 string (or a status)");
   }
-  TY_ASSIGN_OR_RETURN(r.data, DecodeBase64(b64->get<std::string>()));
+  TY_ASSIGN_OR_RETURN(r.data, DecodeBase64(b64->get<std::string>(), "profile.data_b64"));
   if (static_cast<int64_t>(r.data.size()) > kMaxLogChunkBytes) {
     return ResourceExhausted("profile: at most 1 MiB of trace per request");
   }
@@ -2230,7 +2196,7 @@ std::vector<RouteInfo> InstallApi(http::Server& server, Cluster& cluster, LogSto
     if (b64 == j->end() || !b64->is_string()) {
       return SendError(res, InvalidArgument("logs.data_b64: required, a base64 string"));
     }
-    auto data = DecodeBase64(b64->get<std::string>());
+    auto data = DecodeBase64(b64->get<std::string>(), "logs.data_b64");
     if (!data.ok()) return SendError(res, data.status());
     if (static_cast<int64_t>(data->size()) > kMaxLogChunkBytes) {
       return SendError(res, ResourceExhausted("logs: at most 1 MiB per request"));
