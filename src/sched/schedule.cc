@@ -83,7 +83,9 @@ std::string GpuHours(double gpu_seconds) {
   return buf;
 }
 
-std::string JobList(const std::vector<JobId>& ids) {
+// Ascending, so that the text does not depend on the order jobs sit in the snapshot.
+std::string JobList(std::vector<JobId> ids) {
+  std::sort(ids.begin(), ids.end());
   std::string out;
   for (size_t i = 0; i < ids.size() && i < 8; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
   if (ids.size() > 8) out += " and " + std::to_string(ids.size() - 8) + " more";

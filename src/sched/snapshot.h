@@ -43,6 +43,7 @@ struct RunningJob {
   Duration time_limit{0};                    // 0: none (its end time is unknown)
   bool preempting = false;                   // already told to stop; still holds its GPUs
 
+  bool operator==(const RunningJob&) const = default;
   int64_t Gpus() const { return per_replica.gpus * static_cast<int64_t>(replicas.size()); }
 };
 
@@ -63,6 +64,8 @@ struct PendingJob {
   std::vector<std::string> excluded_nodes;
   bool held = false;
   Duration attained_service{0};  // GPU-time received so far (for least-attained-service)
+
+  bool operator==(const PendingJob&) const = default;
 };
 
 struct Snapshot {

@@ -1,0 +1,285 @@
+#include "lifecycle/lifecycle.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/job_spec.h"
+#include "sched/schedule.h"
+
+namespace trainyard::lifecycle {
+namespace {
+
+using std::chrono::minutes;
+using std::chrono::seconds;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const Timestamp kT0 = Timestamp(Duration(1'764'000'000'000));
+
+protocol::Registration Agent(const std::string& name, int gpus) {
+  protocol::Registration r;
+  r.node.name = name;
+  for (int i = 0; i < gpus; ++i) {
+    r.node.gpus.push_back({i, "GPU-" + name + "-" + std::to_string(i), "H100", 80LL << 30, name});
+  }
+  r.node.milli_cpus = 64'000;
+  r.node.memory_bytes = 512LL << 30;
+  r.address = "10.0.0." + name.substr(name.size() - 1);
+  return r;
+}
+
+JobSpec Gang(int replicas, int gpus) {
+  JobSpec s;
+  s.name = "train";
+  s.tenant = kDefaultTenant;
+  s.queue = kDefaultQueue;
+  s.priority = "normal";
+  s.replicas = replicas;
+  s.min_replicas = replicas;
+  s.resources.gpus = gpus;
+  s.resources.gpu_type = "H100";
+  s.command = {"python3", "train.py"};
+  NormalizeSpec(s);
+  return s;
+}
+
+// Kinds of the job events a batch appends, in order.
+std::vector<std::string> EventKinds(const store::WriteBatch& b) {
+  std::vector<std::string> out;
+  for (const auto& op : b.ops()) {
+    if (const auto* e = std::get_if<store::WriteBatch::AppendEventOp>(&op)) {
+      out.push_back(e->event.kind);
+    }
+  }
+  return out;
+}
+
+size_t PutNodes(const store::WriteBatch& b) {
+  return static_cast<size_t>(std::count_if(b.ops().begin(), b.ops().end(), [](const auto& op) {
+    return std::holds_alternative<store::WriteBatch::PutNodeOp>(op);
+  }));
+}
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  LifecycleTest() : state_(Options()) { Load(state_, store::StoredState{}, kT0); }
+
+  static LifecycleOptions Options() {
+    LifecycleOptions o;
+    o.node_timeout = seconds(15);
+    o.node_lost_grace = minutes(2);
+    return o;
+  }
+
+  Effects Must(const Event& e) {
+    ++state_.apply_seq;
+    Result<Effects> fx = Apply(state_, e, now_);
+    EXPECT_TRUE(fx.ok()) << fx.status().ToString();
+    return fx.ok() ? std::move(*fx) : Effects{};
+  }
+
+  JobId Submit(JobSpec spec) {
+    SubmitJobs s;
+    s.specs.push_back(std::move(spec));
+    s.first_id = next_id_++;
+    s.actor = "user:test";
+    Effects fx = Must(s);
+    return fx.ids.empty() ? 0 : fx.ids[0];
+  }
+
+  Effects Pass() {
+    ++state_.apply_seq;
+    const sched::Snapshot& snap = state_.snapshot.Prepare(now_);
+    sched::Decisions d = sched::Schedule(snap, state_.options.policy);
+    Result<Effects> fx = ApplyDecisions(state_, d, nullptr, now_);
+    EXPECT_TRUE(fx.ok()) << fx.status().ToString();
+    return fx.ok() ? std::move(*fx) : Effects{};
+  }
+
+  std::vector<protocol::Command> Take(const std::string& node) {
+    std::vector<protocol::Command> out;
+    for (const QueuedCommand& q : state_.nodes.at(node).outbox) out.push_back(q.command);
+    state_.nodes.at(node).outbox.clear();
+    return out;
+  }
+
+  protocol::TaskStatus Task(const protocol::Command& start, protocol::TaskState state, int code = 0,
+                            int signal = 0) {
+    protocol::TaskStatus t;
+    t.task_id = start.start.task_id;
+    t.job_id = start.start.job_id;
+    t.attempt = start.start.attempt;
+    t.rank = start.start.rank;
+    t.state = state;
+    t.exit_code = code;
+    t.signal = signal;
+    return t;
+  }
+
+  Effects Beat(const std::string& node, std::vector<protocol::TaskStatus> tasks) {
+    protocol::Heartbeat hb;
+    hb.node = node;
+    hb.tasks = std::move(tasks);
+    return Must(AgentHeartbeat{hb});
+  }
+
+  ClusterState state_;
+  Timestamp now_ = kT0;
+  JobId next_id_ = 1;
+};
+
+TEST_F(LifecycleTest, GangIsBoundStartedRunAndFinishedWithItsRecord) {
+  Must(AgentRegistered{Agent("node-0", 4)});
+  Must(AgentRegistered{Agent("node-1", 4)});
+  const JobId id = Submit(Gang(2, 4));
+  ASSERT_EQ(id, 1);
+  EXPECT_EQ(state_.snapshot.pending_count(), 1u);
+  Effects bound = Pass();
+  EXPECT_EQ(bound.stats.binds, 1);
+  EXPECT_THAT(EventKinds(bound.batch), ElementsAre("Bound"));
+  EXPECT_THAT(bound.nodes_with_commands, ElementsAre("node-0", "node-1"));
+  // The starts wait for the bind's commit.
+  EXPECT_EQ(state_.nodes.at("node-0").outbox.front().after_seq, state_.apply_seq);
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kStarting);
+  EXPECT_TRUE(state_.snapshot.FindRunning(id)->preempting);  // not running yet
+  auto c0 = Take("node-0");
+  auto c1 = Take("node-1");
+  ASSERT_EQ(c0.size(), 1u);
+  EXPECT_EQ(c0[0].start.env.at("WORLD_SIZE"), "2");
+  EXPECT_EQ(c1[0].start.env.at("MASTER_ADDR"), "10.0.0.0");
+  Beat("node-0", {Task(c0[0], protocol::TaskState::kRunning)});
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kStarting);
+  Effects running = Beat("node-1", {Task(c1[0], protocol::TaskState::kRunning)});
+  EXPECT_THAT(EventKinds(running.batch), ElementsAre("Running"));
+  EXPECT_FALSE(state_.snapshot.FindRunning(id)->preempting);
+  now_ += minutes(10);
+  Beat("node-0", {Task(c0[0], protocol::TaskState::kExited)});
+  Effects done = Beat("node-1", {Task(c1[0], protocol::TaskState::kExited)});
+  EXPECT_THAT(EventKinds(done.batch), ElementsAre("Succeeded"));
+  EXPECT_THAT(done.ended, ElementsAre(id));
+  EXPECT_TRUE(done.may_schedule);
+  EXPECT_FALSE(state_.jobs.contains(id));
+  EXPECT_EQ(state_.snapshot.FindRunning(id), nullptr);
+  // Its exit is acknowledged once the job's end is recorded.
+  Effects again = Beat("node-1", {Task(c1[0], protocol::TaskState::kExited)});
+  EXPECT_THAT(again.acks, ElementsAre(c1[0].start.task_id));
+}
+
+TEST_F(LifecycleTest, RefusalsChangeNothing) {
+  JobSpec bad = Gang(1, 1);
+  bad.priority = "urgent";
+  SubmitJobs s;
+  s.specs = {Gang(1, 1), bad};
+  s.first_id = 1;
+  Result<Effects> fx = Apply(state_, s, now_);
+  ASSERT_FALSE(fx.ok());
+  EXPECT_THAT(fx.status().message(), HasSubstr("no priority class \"urgent\""));
+  EXPECT_TRUE(state_.jobs.empty());
+  EXPECT_EQ(state_.snapshot.pending_count(), 0u);
+  Result<Effects> cancel = Apply(state_, CancelJob{42, "user:test"}, now_);
+  EXPECT_EQ(cancel.status().code(), StatusCode::kNotFound);
+  const JobId id = Submit(Gang(1, 1));
+  Result<Effects> profile = Apply(state_, SendProfile{id, 0, {0}, "p-1", 5}, now_);
+  EXPECT_EQ(profile.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kPending);
+}
+
+TEST_F(LifecycleTest, PreemptedGangGetsItsNoticeAndIsRequeuedWithItsLostWork) {
+  Must(AgentRegistered{Agent("node-0", 8)});
+  const JobId low = Submit(Gang(1, 8));
+  Pass();
+  auto c = Take("node-0");
+  Beat("node-0", {Task(c[0], protocol::TaskState::kRunning)});
+  now_ += minutes(30);
+  JobSpec urgent = Gang(1, 8);
+  urgent.priority = "production";
+  const JobId high = Submit(urgent);
+  Effects pass = Pass();
+  EXPECT_EQ(pass.stats.preemptions, 1);
+  EXPECT_EQ(state_.jobs.at(low).job.state, JobState::kPreempting);
+  auto notice = Take("node-0");
+  ASSERT_EQ(notice.size(), 1u);
+  EXPECT_EQ(notice[0].kind, protocol::Command::Kind::kPreempt);
+  now_ += minutes(1);
+  Effects exit = Beat("node-0", {Task(c[0], protocol::TaskState::kExited)});
+  EXPECT_THAT(EventKinds(exit.batch), ElementsAre("Requeued"));
+  const Job& j = state_.jobs.at(low).job;
+  EXPECT_EQ(j.state, JobState::kPending);
+  EXPECT_EQ(j.attempts.back().exit_reason, ExitReason::kPreempted);
+  EXPECT_EQ(j.attempts.back().lost_work, minutes(31));
+  Effects next = Pass();
+  EXPECT_EQ(next.stats.binds, 1);
+  EXPECT_EQ(state_.jobs.at(high).job.state, JobState::kStarting);
+}
+
+TEST_F(LifecycleTest, OneTickGivesUpEverySilentNodeInOneBatch) {
+  for (int n = 0; n < 3; ++n) Must(AgentRegistered{Agent("node-" + std::to_string(n), 4)});
+  const JobId id = Submit(Gang(3, 4));
+  Pass();
+  for (int n = 0; n < 3; ++n) {
+    const std::string node = "node-" + std::to_string(n);
+    auto c = Take(node);
+    Beat(node, {Task(c[0], protocol::TaskState::kRunning)});
+  }
+  ASSERT_EQ(state_.jobs.at(id).job.state, JobState::kRunning);
+  now_ += seconds(16);
+  Beat("node-0", {});
+  Effects tick = Must(Tick{});
+  // Two nodes went silent: one batch records both, and the job keeps running.
+  EXPECT_EQ(PutNodes(tick.batch), 2u);
+  EXPECT_THAT(tick.disconnected, ElementsAre("node-1", "node-2"));
+  EXPECT_THAT(EventKinds(tick.batch), ElementsAre("NodeUnreachable", "NodeUnreachable"));
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kRunning);
+  EXPECT_EQ(state_.snapshot.current().nodes[1].state, NodeState::kNotReady);
+  now_ += minutes(2);
+  Beat("node-0", {});
+  Effects lost = Must(Tick{});
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kLost);
+  auto stop = Take("node-0");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].kind, protocol::Command::Kind::kStop);
+  protocol::TaskStatus t;
+  t.task_id = stop[0].task_id;
+  t.job_id = id;
+  t.attempt = 0;
+  t.rank = 0;
+  t.state = protocol::TaskState::kExited;
+  t.signal = 15;
+  Effects requeued = Beat("node-0", {t});
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kPending);
+  EXPECT_EQ(state_.jobs.at(id).job.attempts.back().exit_reason, ExitReason::kNodeLost);
+  EXPECT_THAT(EventKinds(requeued.batch), ElementsAre("Requeued"));
+  (void)lost;
+}
+
+TEST_F(LifecycleTest, DecisionsMadeOnAStaleCopyAreDropped) {
+  Must(AgentRegistered{Agent("node-0", 8)});
+  const JobId id = Submit(Gang(1, 8));
+  SnapshotCopy copy;
+  state_.snapshot.SyncCopy(copy, now_);
+  sched::Decisions d = sched::Schedule(copy.snapshot(), state_.options.policy);
+  ASSERT_EQ(d.binds.size(), 1u);
+  Must(HoldJob{id, true, "user:test"});  // after the pass saw it
+  state_.dirty = false;
+  Result<Effects> fx = ApplyDecisions(state_, d, &copy, now_);
+  ASSERT_TRUE(fx.ok());
+  EXPECT_EQ(fx->stats.binds, 0);
+  EXPECT_TRUE(state_.dirty);
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kPending);
+  EXPECT_THAT(Take("node-0"), IsEmpty());
+}
+
+TEST_F(LifecycleTest, AStartNotYetDeliveredIsWithdrawnByACancel) {
+  Must(AgentRegistered{Agent("node-0", 8)});
+  const JobId id = Submit(Gang(1, 8));
+  Pass();
+  ASSERT_EQ(state_.nodes.at("node-0").outbox.size(), 1u);
+  Effects cancel = Must(CancelJob{id, "user:test"});
+  EXPECT_TRUE(state_.nodes.at("node-0").outbox.empty());
+  EXPECT_THAT(EventKinds(cancel.batch), ElementsAre("CancelRequested", "Cancelled"));
+  EXPECT_THAT(cancel.ended, ElementsAre(id));
+}
+
+}  // namespace
+}  // namespace trainyard::lifecycle
