@@ -1,33 +1,32 @@
-// Cluster: the control plane's state machine.
+// Cluster: the control plane's state machine, driving the job lifecycle.
 //
-// It owns the working state (jobs not yet finished, nodes, tenants, queues, priority
-// classes, the ranks of every started gang, commands waiting for each node's poll)
-// and does all the control plane's logic: submission, the scheduling pass
-// (sched::Schedule on a snapshot, then applying its decisions), the gang lifecycle
-// (start every rank, Starting -> Running when all run, stop the gang when one rank
-// fails, retry with backoff), the preemption protocol, profile commands (their state is
-// the ProfileStore's, profiles.h), node timeouts, cordon/drain,
-// and reconciliation with agents after a restart. It knows nothing of HTTP: the API
-// layer (api.h) parses requests, calls it, and renders what it returns.
+// It owns the working state (a lifecycle::ClusterState: jobs not yet finished with
+// the ranks of their gangs, nodes, tenants, queues, priority classes, the commands
+// waiting for each node's agent) and turns what users, agents and the scheduling loop
+// ask into lifecycle events (lifecycle/lifecycle.h): the lifecycle decides, the
+// Cluster makes it durable and delivers it. What the server keeps beyond the
+// lifecycle is its own: agents' telemetry, injected faults, waiting long polls. It
+// knows nothing of HTTP: the API layer (api.h) parses requests, calls it, and renders
+// what it returns.
 //
-// Durability: every state change is committed to the Store before it is acknowledged
-// or acted on (a `start` command is queued only after the bind is committed; a job
-// finishes only after its end is committed; an agent's exited task is acknowledged
-// only once its attempt's end is committed). Submissions are group-committed: many
-// concurrent Submit calls share one transaction. On construction the state is rebuilt
-// from Store::LoadAll, including the GPUs held by started gangs, before any pass runs.
-//
-// Rank layout: a replica runs spec.procs_per_replica ranks (torchrun's
-// nproc_per_node; 1 by default). Rank r of the gang is local rank r % P of replica
-// r / P; when P divides the replica's GPUs each rank sees its own G / P of them in
-// CUDA_VISIBLE_DEVICES, otherwise every rank of the replica sees all of them.
+// Durability: a change is applied to the state under the state's mutex, and its store
+// batch queued, in order, for the Committer (committer.h), which commits what is
+// queued in groups with no lock held, then publishes it. A caller is answered only
+// once its change is durable; a command for an agent is delivered only once the
+// change that made it is (a `start` never before its bind is stored); an agent's
+// exited task is acknowledged only once its attempt's end is. Reads see the state as
+// it is, which can include changes whose commit is still under way (a few
+// milliseconds); a failed commit makes the Cluster rebuild its state from the store
+// and fail the changes built on it. On construction the state is rebuilt from
+// Store::LoadAll, including the GPUs held by started gangs, before any pass runs.
 //
 // Time comes from the injected Clock; nothing here sleeps except Poll, which waits
 // for commands with a deadline (PollAsync waits without a thread: one timer thread
 // answers the polls whose wait is over).
 //
 // Thread-safety: every public method may be called from any thread. One mutex guards
-// the state; Submit commits outside it (group commit), other changes commit under it.
+// the state and is never held across store I/O on the way of a change (only the
+// rebuild after a failed commit reads the store under it).
 #pragma once
 
 #include <condition_variable>
@@ -49,6 +48,7 @@
 #include "core/node.h"
 #include "core/status.h"
 #include "core/tenancy.h"
+#include "lifecycle/lifecycle.h"
 #include "sched/decisions.h"
 #include "sched/policy.h"
 #include "sched/snapshot.h"
@@ -58,9 +58,9 @@
 
 namespace trainyard::server {
 
-// The label a job of an array carries its index in (TRAINYARD_ARRAY_INDEX for its
-// ranks); spec.env may not hold TRAINYARD_* variables, so the index travels here.
-inline constexpr const char* kArrayIndexLabel = "trainyard.dev/array-index";
+using lifecycle::kArrayIndexLabel;
+using lifecycle::kHealthCheckCordonPrefix;
+using lifecycle::PassStats;
 
 struct ClusterOptions {
   sched::Policy policy;
@@ -88,6 +88,10 @@ struct ClusterOptions {
   // Jobs a tenant may have unfinished (pending, starting, running) at once; a
   // submission beyond it is refused whole (ResourceExhausted).
   int64_t max_unfinished_jobs_per_tenant = 1'000'000;
+  // Called by each pass that runs the scheduler, with the snapshot it ran on and its
+  // decisions, before they apply (tests compare the server's passes with the
+  // simulator's). Must be quick and must not call the Cluster.
+  std::function<void(const sched::Snapshot&, const sched::Decisions&)> on_pass;
 };
 
 // One rank of a started gang, as the server knows it.
@@ -126,10 +130,6 @@ struct NodeView {
   std::optional<HealthCheckResult> health_check;  // the latest, when the agent runs one
   std::vector<FaultSpec> faults;                  // injected and active (not comm-slow)
 };
-
-// The admin-state reason of a node its health check cordoned; a passing check
-// uncordons only a node whose reason starts with it.
-inline constexpr std::string_view kHealthCheckCordonPrefix = "health check failed";
 
 // A fault injected into a node (docs/faults.md).
 struct InjectedFault {
@@ -171,13 +171,6 @@ struct SubmitOptions {
   // audited submission costs one commit, not two. Not written when they are refused:
   // the caller records the refusal itself.
   std::optional<AuditEntry> audit;
-};
-
-struct PassStats {
-  int binds = 0;
-  int preemptions = 0;
-  int waiting = 0;
-  int infeasible = 0;
 };
 
 // What /metrics shows of the control plane. Counters count since this server
