@@ -94,11 +94,10 @@ Result<int64_t> Ingest::Metrics(const TaskRef& task, int64_t offset,
     }
   }
   if (end_offset) end = std::max(offset, *end_offset);
-  TY_ASSIGN_OR_RETURN(int64_t next,
+  TY_ASSIGN_OR_RETURN(LogStore::MetricsAppend filed,
                       logs_.AppendMetrics(task.job, task.attempt, task.rank, offset, end, keep));
-  // Only lines not seen before (next == end) are recorded in the run and report their
-  // checkpoints.
-  if (next != end) return next;
+  // Only lines not taken before are recorded in the run and report their checkpoints.
+  if (!filed.taken) return filed.next_offset;
   if (series_ != nullptr) {
     if (Status s = Record(task.job, track::DecodeRecords(task.job, task.rank, lines)); !s.ok()) {
       std::fprintf(stderr, "trainyard server: metrics of job %lld: %s\n",
@@ -109,7 +108,7 @@ Result<int64_t> Ingest::Metrics(const TaskRef& task, int64_t offset,
     // A checkpoint of a job that has just stopped is of no use any more.
     cluster_.ReportCheckpoint(task.job, c, "agent:" + task.node).IgnoreError();
   }
-  return next;
+  return filed.next_offset;
 }
 
 Status Ingest::Points(JobId run, const track::IngestBatch& batch) {
