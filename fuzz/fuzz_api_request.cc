@@ -1,16 +1,19 @@
 // libFuzzer target: what the API server parses from a request before it touches any
 // state — submissions (YAML, JSON or #SBATCH body with its query), job listings'
 // queries, checkpoint reports, tenant quotas and queues, array ranges, job ids, API
-// tokens and role names, agent registrations and heartbeats (with GPU telemetry),
-// agent commands, base64 log chunks, metric batches (text and JSON bodies of
+// tokens and role names, the agent protocol's messages (protocol/messages.h: agent
+// registrations and heartbeats with GPU telemetry, commands, polls, uploads and the
+// server's replies), base64 log chunks, metric batches (text and JSON bodies of
 // POST /runs/{id}/metrics, metrics-file records an agent forwards), and fault
 // injections (POST /nodes/{name}/faults).
 //
 // Input: one selector byte, then for the query-taking requests a query line
 // ("k=v&k=v"), a newline and the body. Every rejection must carry a message and map
 // to a 4xx status: malformed input is the client's error, never the server's. An
-// accepted fault names a fault kind, a GPU from -1 (the whole node) to 1023 and a
-// duration that is not negative.
+// accepted protocol message encodes to JSON that parses back to an equal message (the
+// other side reads what this side wrote); accepted base64 re-encodes to text of the
+// same length that decodes to the same bytes. An accepted fault names a fault kind, a
+// GPU from -1 (the whole node) to 1023 and a duration that is not negative.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -19,10 +22,10 @@
 #include <string>
 #include <string_view>
 
-#include "agent/protocol.h"
 #include "core/auth.h"
+#include "protocol/base64.h"
+#include "protocol/messages.h"
 #include "server/api.h"
-#include "server/protocol.h"
 #include "track/ingest.h"
 
 namespace {
@@ -64,6 +67,20 @@ nlohmann::json Json(std::string_view text) {
   return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
+// A protocol message: rejected with a 4xx message, or accepted and written back as JSON
+// that parses to an equal message.
+template <typename Parse>
+void CheckMessage(Parse parse, const nlohmann::json& j, std::string_view input) {
+  auto r = parse(j);
+  Check(r, input);
+  if (!r.ok()) return;
+  auto back = parse(nlohmann::json(trainyard::protocol::ToJson(*r)));
+  if (!back.ok()) Fail("an accepted message does not parse once encoded", back.status(), input);
+  if (!(*back == *r)) {
+    Fail("an accepted message parses to another once encoded", Status::Ok(), input);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -74,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view query = rest.substr(0, nl);
   const std::string_view body = nl == std::string_view::npos ? "" : rest.substr(nl + 1);
   namespace server = trainyard::server;
+  namespace protocol = trainyard::protocol;
   switch (data[0] % 11) {
     case 0:
       Check(server::ParseSubmit(body, ParseQuery(query)), input);
@@ -94,18 +112,42 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(trainyard::ParseTokenText(rest), input);
       Check(trainyard::ParseRole(rest), input);
       break;
-    case 5:
-      Check(server::ParseRegistration(Json(rest)), input);
+    case 5: {
+      const nlohmann::json j = Json(rest);
+      CheckMessage(protocol::ParseRegistration, j, input);
+      CheckMessage(protocol::ParseRegisterReply, j, input);
       break;
-    case 6:
-      Check(server::ParseHeartbeat(Json(rest)), input);
+    }
+    case 6: {
+      const nlohmann::json j = Json(rest);
+      CheckMessage(protocol::ParseHeartbeat, j, input);
+      CheckMessage(protocol::ParseHeartbeatReply, j, input);
+      CheckMessage(protocol::ParsePollRequest, j, input);
       break;
-    case 7:
-      Check(trainyard::agent::ParseCommand(Json(rest)), input);
+    }
+    case 7: {
+      const nlohmann::json j = Json(rest);
+      CheckMessage(protocol::ParseCommand, j, input);
+      CheckMessage([](const nlohmann::json& x) { return protocol::ParsePollReply(x); }, j, input);
+      CheckMessage(protocol::ParseLogUpload, j, input);
+      CheckMessage(protocol::ParseMetricsUpload, j, input);
+      CheckMessage(protocol::ParseProfileUpload, j, input);
+      CheckMessage(protocol::ParseUploadReply, j, input);
+      CheckMessage(protocol::ParseProfileUploadReply, j, input);
       break;
-    case 8:
-      Check(server::DecodeBase64(rest), input);
+    }
+    case 8: {
+      auto bytes = protocol::DecodeBase64(rest, "data_b64");
+      Check(bytes, input);
+      if (!bytes.ok()) break;
+      // Not always the same text: bits below the last byte are ignored, as RFC 4648 allows.
+      const std::string text = protocol::EncodeBase64(*bytes);
+      auto again = protocol::DecodeBase64(text, "data_b64");
+      if (text.size() != rest.size() || !again.ok() || *again != *bytes) {
+        Fail("accepted base64 does not re-encode to the same bytes", Status::Ok(), input);
+      }
       break;
+    }
     case 9: {
       namespace track = trainyard::track;
       // What a batch holds must be what was counted, under valid keys.

@@ -3,14 +3,16 @@
 //
 // Checks: lines are only ever taken whole (end_offset is just after a newline, or
 // where it started when there is none); every kept line is a JSON object; a kept
-// line serialised and parsed again is the same object (what the agent ships is
-// what the server reads).
+// line serialised and parsed again is the same object, and the batch sent as the
+// agent sends it (protocol::MetricsUpload) is read back as the same lines (what the
+// agent ships is what the server reads).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include "agent/tail.h"
 #include "fuzz_check.h"
+#include "protocol/messages.h"
 #include "server/api.h"
 
 namespace {
@@ -37,5 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto c = trainyard::server::ParseCheckpoint(shipped);
     if (!c.ok() && c.status().message().empty()) Fail("checkpoint rejected silently", shipped);
   }
+  namespace protocol = trainyard::protocol;
+  const protocol::MetricsUpload upload{"node-1", "7.0.1", b.offset, b.end_offset, b.lines};
+  const std::string body = protocol::ToJson(upload).dump();
+  auto read = protocol::ParseMetricsUpload(nlohmann::json::parse(body, nullptr, false));
+  if (!read.ok() || !(*read == upload)) Fail("the upload is not read back as sent", body);
   return 0;
 }

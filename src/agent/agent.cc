@@ -19,6 +19,7 @@ namespace trainyard::agent {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 using std::chrono::milliseconds;
 
 constexpr Duration kLoopTick = milliseconds(25);
@@ -44,12 +45,12 @@ constexpr int kProfileChunksPerShip = 4;
 constexpr const char* kInheritedEnv[] = {"PATH",   "HOME", "USER",   "LOGNAME",        "LANG",
                                          "LC_ALL", "TZ",   "TMPDIR", "LD_LIBRARY_PATH"};
 
-std::string Dump(const json& j) {
+std::string Dump(const ordered_json& j) {
   // Replace, not throw, on invalid UTF-8: a task's bytes must not take the agent down.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
-std::string RankPath(const std::string& data_dir, const char* kind, const StartTask& t,
+std::string RankPath(const std::string& data_dir, const char* kind, const TaskStart& t,
                      const char* ext) {
   return data_dir + "/" + kind + "/" + std::to_string(t.job_id) + "/" + std::to_string(t.attempt) +
          "/rank-" + std::to_string(t.rank) + ext;
@@ -57,23 +58,31 @@ std::string RankPath(const std::string& data_dir, const char* kind, const StartT
 
 bool IsPermanentRefusal(int status) { return status == 400 || status == 401 || status == 403; }
 
-// The name of a task's own files in a per-node directory: its id when that is a plain
-// name (it always is: "<job>.<attempt>.<rank>"), else that form from its numbers.
-std::string TaskFileName(const StartTask& t) {
-  const bool plain = !t.task_id.empty() && t.task_id.size() <= 128 && t.task_id.front() != '.' &&
-                     t.task_id.find_first_not_of(
-                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                         "abcdefghijklmnopqrstuvwxyz0123456789._-") == std::string::npos;
-  if (plain) return t.task_id;
-  return std::to_string(t.job_id) + "." + std::to_string(t.attempt) + "." + std::to_string(t.rank);
+protocol::GpuTelemetry Telemetry(const GpuSample& s) {
+  auto number = [](const auto& v) -> std::optional<double> {
+    if (!v) return std::nullopt;
+    return static_cast<double>(*v);
+  };
+  protocol::GpuTelemetry t;
+  t.index = s.index;
+  t.util_pct = s.util_pct;
+  t.mem_used_mib = number(s.mem_used_mib);
+  t.temp_c = s.temp_c;
+  t.power_w = s.power_w;
+  t.sm_clock_mhz = number(s.sm_clock_mhz);
+  t.throttled = s.throttled;
+  t.ecc_uncorrectable = number(s.ecc_uncorrectable);
+  t.xid_last = number(s.xid_last);
+  t.xid_count = number(s.xid_count);
+  return t;
 }
 
 // The disks report at most this many file systems.
 constexpr size_t kMaxDisks = 16;
 
-std::string FaultList(const std::vector<Fault>& faults) {
+std::string FaultList(const std::vector<FaultSpec>& faults) {
   std::string out;
-  for (const Fault& f : faults) {
+  for (const FaultSpec& f : faults) {
     if (!out.empty()) out += ", ";
     out += f.id + " " + std::string(FaultKindName(f.kind));
     if (f.kind == FaultKind::kCommSlow) {
@@ -138,7 +147,7 @@ Duration Agent::Backoff(int failures) const {
   return d;
 }
 
-Agent::HttpReply Agent::Post(bool poll, const std::string& path, const json& body) {
+Agent::HttpReply Agent::Post(bool poll, const std::string& path, const ordered_json& body) {
   const size_t at = server_.load();
   httplib::Client* client = nullptr;
   if (poll) {
@@ -204,11 +213,11 @@ void Agent::FailOver(size_t from, const HttpReply& reply) {
   }
 }
 
-json Agent::TaskList(bool unacked_only) const {
-  json list = json::array();
+std::vector<TaskStatus> Agent::TaskList(bool unacked_only) const {
+  std::vector<TaskStatus> list;
   for (const auto& [id, t] : tasks_) {
     if (t.orphan || (unacked_only && t.acked)) continue;
-    list.push_back(ToJson(t.status));
+    list.push_back(t.status);
   }
   return list;
 }
@@ -344,55 +353,56 @@ Status Agent::Run() {
 }
 
 Status Agent::Register() {
-  json gpus = json::array();
+  protocol::Registration r;
+  r.node.name = options_.node_name;
+  r.node.labels = options_.labels;
   for (const auto& d : devices_) {
-    gpus.push_back({{"index", d.index}, {"uuid", d.uuid}, {"memory_mib", d.memory_mib}});
+    Gpu gpu;
+    gpu.index = d.index;
+    gpu.uuid = d.uuid;
+    gpu.model = d.type;
+    gpu.memory_bytes = d.memory_mib * kMiB;
+    gpu.nvlink_domain =
+        options_.nvlink_domain.empty() ? options_.node_name : options_.nvlink_domain;
+    r.node.gpus.push_back(std::move(gpu));
   }
-  json body;
-  body["node"] = {{"name", options_.node_name},
-                  {"address", options_.address},
-                  {"gpu_type", devices_.empty() ? "" : devices_[0].type},
-                  {"gpus", gpus},
-                  {"cpus", options_.cpus},
-                  {"memory_mib", options_.memory_mib},
-                  {"labels", options_.labels},
-                  {"leaf", options_.leaf},
-                  {"nvlink_domain",
-                   options_.nvlink_domain.empty() ? options_.node_name : options_.nvlink_domain},
-                  {"simulated", gpus_->simulated()}};
-  if (json check = HealthCheckJson(); !check.is_null()) body["health_check"] = check;
+  r.node.milli_cpus = options_.cpus * 1000;
+  r.node.memory_bytes = options_.memory_mib * kMiB;
+  r.node.topology.leaf = options_.leaf;
+  r.address = options_.address;
+  r.simulated = gpus_->simulated();
+  r.health_check = last_health_;
   {
     std::lock_guard lock(mu_);
-    body["tasks"] = TaskList(/*unacked_only=*/true);
+    r.tasks = TaskList(/*unacked_only=*/true);
   }
   const Timestamp sent = Now();
-  HttpReply reply = Post(false, "/api/v1/agent/register", body);
+  HttpReply reply = Post(false, "/api/v1/agent/register", protocol::ToJson(r));
   Timestamp now = Now();
   if (reply.status == 200) {
+    // A reply it cannot read still registered the node: the agent keeps its interval
+    // and fences never, as with an older server.
+    protocol::RegisterReply told;
+    if (auto parsed = protocol::ParseRegisterReply(reply.body); parsed.ok()) {
+      told = std::move(*parsed);
+    } else {
+      Log("register: " + parsed.status().message());
+    }
     std::lock_guard lock(mu_);
     registered_ = true;
     failures_ = 0;
     last_contact_ = sent;
-    if (auto it = reply.body.find("release_after_ms");
-        it != reply.body.end() && it->is_number_integer() && it->get<int64_t>() > 0) {
-      release_after_ = Duration(it->get<int64_t>());
-    }
+    if (told.release_after.count() > 0) release_after_ = told.release_after;
     if (unreachable_logged_) Log("server reachable again");
     unreachable_logged_ = false;
-    if (auto it = reply.body.find("heartbeat_interval_ms");
-        it != reply.body.end() && it->is_number_integer() && it->get<int64_t>() > 0) {
-      heartbeat_interval_ = Duration(it->get<int64_t>());
-    }
+    if (told.heartbeat_interval.count() > 0) heartbeat_interval_ = told.heartbeat_interval;
     int stopped = 0;
-    if (auto it = reply.body.find("stop"); it != reply.body.end() && it->is_array()) {
-      for (const auto& id : *it) {
-        if (!id.is_string()) continue;
-        auto t = tasks_.find(id.get<std::string>());
-        if (t == tasks_.end()) continue;
-        t->second.orphan = true;
-        if (t->second.process) t->second.process->Stop(Duration::zero(), now);
-        ++stopped;
-      }
+    for (const std::string& id : told.stop) {
+      auto t = tasks_.find(id);
+      if (t == tasks_.end()) continue;
+      t->second.orphan = true;
+      if (t->second.process) t->second.process->Stop(Duration::zero(), now);
+      ++stopped;
     }
     next_heartbeat_ = now + heartbeat_interval_;
     Log("registered as node " + options_.node_name + " with " + std::to_string(devices_.size()) +
@@ -417,32 +427,27 @@ Status Agent::Register() {
 
 void Agent::Heartbeat() {
   Timestamp now = Now();
-  json body;
-  body["node"] = options_.node_name;
-  body["seq"] = ++seq_;
-  json health = {{"ok", true}, {"message", options_.health_note}};
-  json gpus = json::array();
+  protocol::Heartbeat hb;
+  hb.node = options_.node_name;
+  hb.seq = ++seq_;
+  hb.health_message = options_.health_note;
   if (auto samples = gpus_->Sample(now); samples.ok()) {
-    for (const auto& s : *samples) gpus.push_back(ToJson(s));
+    for (const auto& s : *samples) hb.gpus.push_back(Telemetry(s));
   } else {
-    health = {{"ok", false}, {"message", samples.status().message()}};
+    hb.health_ok = false;
+    hb.health_message = samples.status().message();
   }
-  body["health"] = health;
-  body["gpus"] = gpus;
-  if (auto links = gpus_->SampleLinks(); !links.empty()) {
-    body["links"] = json::array();
-    for (const auto& l : links) body["links"].push_back(ToJson(l));
+  for (const LinkSample& l : gpus_->SampleLinks()) {
+    hb.links.push_back({l.name, l.kind, l.up, static_cast<double>(l.errors)});
   }
-  body["disks"] = Disks();
-  if (json check = HealthCheckJson(); !check.is_null()) body["health_check"] = check;
+  hb.disks = Disks();
+  hb.health_check = last_health_;
   {
     std::lock_guard lock(mu_);
-    body["tasks"] = TaskList(/*unacked_only=*/true);
-    json ids = json::array();
-    for (const Fault& f : faults_) ids.push_back(f.id);
-    body["faults"] = ids;
+    hb.tasks = TaskList(/*unacked_only=*/true);
+    for (const FaultSpec& f : faults_) hb.faults.push_back(f.id);
   }
-  HttpReply reply = Post(false, "/api/v1/agent/heartbeat", body);
+  HttpReply reply = Post(false, "/api/v1/agent/heartbeat", protocol::ToJson(hb));
   std::lock_guard lock(mu_);
   next_heartbeat_ = now + heartbeat_interval_;
   if (reply.status == 200) {
@@ -450,13 +455,16 @@ void Agent::Heartbeat() {
     last_contact_ = now;
     if (unreachable_logged_) Log("server reachable again");
     unreachable_logged_ = false;
-    if (auto it = reply.body.find("ack"); it != reply.body.end() && it->is_array()) {
-      for (const auto& id : *it) {
-        if (!id.is_string()) continue;
-        auto t = tasks_.find(id.get<std::string>());
-        if (t != tasks_.end() && t->second.status.state == TaskState::kExited) {
-          t->second.acked = true;
-        }
+    auto acked = protocol::ParseHeartbeatReply(reply.body);
+    if (!acked.ok()) {
+      // Nothing acknowledged: the exits are reported again with the next heartbeat.
+      Log("heartbeat: " + acked.status().message());
+      return;
+    }
+    for (const std::string& id : acked->ack) {
+      auto t = tasks_.find(id);
+      if (t != tasks_.end() && t->second.status.state == TaskState::kExited) {
+        t->second.acked = true;
       }
     }
     return;
@@ -530,7 +538,7 @@ void Agent::ApplyCommands() {
 }
 
 // REQUIRES: mu_ held.
-void Agent::StartTask(const agent::StartTask& spec) {
+void Agent::StartTask(const TaskStart& spec) {
   if (tasks_.count(spec.task_id) > 0) return;  // a repeated start: idempotent
   Timestamp now = Now();
   Task t;
@@ -539,7 +547,7 @@ void Agent::StartTask(const agent::StartTask& spec) {
   t.status.job_id = spec.job_id;
   t.status.attempt = spec.attempt;
   t.status.rank = spec.rank;
-  t.status.started = now;
+  t.status.started_ms = ToMs(now);
   t.log_path = RankPath(options_.data_dir, "logs", spec, ".log");
   t.metrics_path = RankPath(options_.data_dir, "metrics", spec, ".jsonl");
 
@@ -565,8 +573,9 @@ void Agent::StartTask(const agent::StartTask& spec) {
       std::filesystem::absolute(RankPath(options_.data_dir, "profiles", spec, ""), abs_ec).string();
   launch.env["TRAINYARD_PROFILE_FILE"] = t.profile_file;
   launch.env["TRAINYARD_PROFILE_DIR"] = t.profile_dir;
-  // Ours too: the agent writes them, the SDK reads them (docs/faults.md).
-  const std::string file_name = TaskFileName(spec);
+  // Ours too: the agent writes them, the SDK reads them (docs/faults.md). The task id
+  // is a plain name: digits and dots (protocol::ParseTaskId).
+  const std::string& file_name = spec.task_id;
   t.fault_file =
       std::filesystem::absolute(options_.data_dir + "/faults/" + file_name + ".json", abs_ec)
           .string();
@@ -630,7 +639,7 @@ void Agent::StartTask(const agent::StartTask& spec) {
     std::filesystem::create_directories(std::filesystem::path(t.log_path).parent_path(), ec);
     std::ofstream(t.log_path, std::ios::app) << "trainyard: " << failed.message() << "\n";
     t.status.state = TaskState::kExited;
-    t.status.finished = now;
+    t.status.finished_ms = ToMs(now);
     t.status.exit_code = 127;
     t.status.message = failed.message();
     Log("task " + spec.task_id + ": " + failed.message());
@@ -654,7 +663,7 @@ bool Agent::TickTasks() {
     t.process->Tick(now);
     if (was_running && t.process->exited()) {
       t.status.state = TaskState::kExited;
-      t.status.finished = now;
+      t.status.finished_ms = ToMs(now);
       t.status.exit_code = t.process->exit_code();
       t.status.signal = t.process->term_signal();
       changed = true;
@@ -727,7 +736,7 @@ void Agent::UpdateFaults() {
   if (faults_changed_) {
     faults_changed_ = false;
     gpus_->ApplyFaults(faults_);
-    for (const Fault& f : faults_) {
+    for (const FaultSpec& f : faults_) {
       if (!f.node_wide() && f.gpu >= static_cast<int>(devices_.size()) && !devices_.empty()) {
         Log("fault " + f.id + ": node " + options_.node_name + " has no GPU " +
             std::to_string(f.gpu) + " (it has " + std::to_string(devices_.size()) +
@@ -777,15 +786,7 @@ void Agent::TickHealthCheck() {
   next_heartbeat_ = Timestamp{};  // the server hears of a change at once
 }
 
-json Agent::HealthCheckJson() const {
-  if (!last_health_) return nullptr;
-  return {{"ok", last_health_->ok},
-          {"output", last_health_->output},
-          {"at_ms", ToMs(last_health_->at)},
-          {"trigger", last_health_->trigger}};
-}
-
-json Agent::Disks() {
+std::vector<protocol::DiskTelemetry> Agent::Disks() {
   std::vector<std::string> wanted = {options_.data_dir};
   {
     std::lock_guard lock(mu_);
@@ -795,7 +796,7 @@ json Agent::Disks() {
       }
     }
   }
-  json disks = json::array();
+  std::vector<protocol::DiskTelemetry> disks;
   std::set<std::string> seen;
   for (const std::string& path : wanted) {
     if (seen.size() >= kMaxDisks) break;
@@ -807,10 +808,8 @@ json Agent::Disks() {
     if (!seen.insert(at).second) continue;
     struct statvfs st {};
     if (statvfs(at.c_str(), &st) != 0) continue;
-    disks.push_back(
-        {{"path", at},
-         {"free_bytes", static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize)},
-         {"total_bytes", static_cast<int64_t>(st.f_blocks) * static_cast<int64_t>(st.f_frsize)}});
+    disks.push_back({at, static_cast<double>(st.f_bavail) * static_cast<double>(st.f_frsize),
+                     static_cast<double>(st.f_blocks) * static_cast<double>(st.f_frsize)});
   }
   return disks;
 }
@@ -854,24 +853,21 @@ void Agent::Ship(bool force) {
     if (chunk.ok() && !chunk->empty()) {
       nothing_new = false;
       int64_t end = w.log_offset + static_cast<int64_t>(chunk->size());
-      json body = {{"node", options_.node_name},
-                   {"task_id", w.id},
-                   {"offset", w.log_offset},
-                   {"data_b64", Base64Encode(*chunk)}};
-      HttpReply reply = Post(false, "/api/v1/agent/logs", body);
+      protocol::LogUpload upload{options_.node_name, w.id, w.log_offset, std::move(*chunk)};
+      HttpReply reply = Post(false, "/api/v1/agent/logs", protocol::ToJson(upload));
       if (reply.status == 0 || reply.status == 404 || reply.status >= 500) {
         fail(reply, "logs");
         return;
       }
       int64_t next = end;  // a 4xx other than 404 would repeat forever: skip the chunk
       if (reply.status == 200) {
-        if (auto it = reply.body.find("next_offset");
-            it != reply.body.end() && it->is_number_integer()) {
-          next = std::clamp<int64_t>(it->get<int64_t>(), 0, end);
+        // A reply of the wrong shape reads as "all arrived".
+        if (auto told = protocol::ParseUploadReply(reply.body); told.ok()) {
+          next = std::clamp<int64_t>(told->next_offset, 0, end);
         }
       } else {
         Log("logs: task " + w.id + ": " + reply.error + "; skipping " +
-            std::to_string(chunk->size()) + " bytes");
+            std::to_string(upload.data.size()) + " bytes");
       }
       std::lock_guard lock(mu_);
       if (auto t = tasks_.find(w.id); t != tasks_.end()) t->second.log_offset = next;
@@ -881,24 +877,20 @@ void Agent::Ship(bool force) {
       nothing_new = false;
       int64_t next = batch->end_offset;
       if (!batch->lines.empty()) {
-        // end_offset is not in the protocol: the server cannot work out where a batch of
-        // re-serialised lines ended in our file, so we tell it (see docs/agent.md).
-        json body = {{"node", options_.node_name},
-                     {"task_id", w.id},
-                     {"offset", batch->offset},
-                     {"end_offset", batch->end_offset},
-                     {"lines", batch->lines}};
-        HttpReply reply = Post(false, "/api/v1/agent/metrics", body);
+        // The server cannot work out where a batch of re-serialised lines ended in our
+        // file (skipped invalid lines included), so we tell it: end_offset.
+        protocol::MetricsUpload upload{options_.node_name, w.id, batch->offset, batch->end_offset,
+                                       batch->lines};
+        HttpReply reply = Post(false, "/api/v1/agent/metrics", protocol::ToJson(upload));
         if (reply.status == 0 || reply.status == 404 || reply.status >= 500) {
           fail(reply, "metrics");
           return;
         }
         if (reply.status == 200) {
           // The server is behind (it lost lines): resend from where it says.
-          if (auto it = reply.body.find("next_offset");
-              it != reply.body.end() && it->is_number_integer() &&
-              it->get<int64_t>() < batch->offset && it->get<int64_t>() >= 0) {
-            next = it->get<int64_t>();
+          if (auto told = protocol::ParseUploadReply(reply.body);
+              told.ok() && told->next_offset < batch->offset) {
+            next = told->next_offset;
           }
         } else {
           Log("metrics: task " + w.id + ": " + reply.error + "; skipping " +
@@ -936,7 +928,7 @@ void Agent::TakeProfileRecordsLocked(Task& t, const std::vector<json>& lines) {
     }
     // A batch the server asked for again holds records already taken.
     if (!t.profile_records.insert(r->id + " " + r->status).second) continue;
-    ProfileUpload u{r->id, r->status, "", r->message, 0};
+    PendingProfile u{r->id, r->status, "", r->message, 0};
     if (r->status == "stored") {
       if (auto path = ProfileTracePath(r->path, t.profile_dir); path.ok()) {
         u.path = *path;
@@ -952,15 +944,18 @@ void Agent::TakeProfileRecordsLocked(Task& t, const std::vector<json>& lines) {
 std::optional<Agent::HttpReply> Agent::ShipProfiles(const std::string& task_id, int max_chunks) {
   int chunks = 0;
   while (chunks < max_chunks) {
-    ProfileUpload u;
+    PendingProfile u;
     {
       std::lock_guard lock(mu_);
       auto t = tasks_.find(task_id);
       if (t == tasks_.end() || t->second.profile_uploads.empty()) return std::nullopt;
       u = t->second.profile_uploads.front();
     }
-    json body = {
-        {"node", options_.node_name}, {"task_id", task_id}, {"id", u.id}, {"offset", u.offset}};
+    protocol::ProfileUpload upload;
+    upload.node = options_.node_name;
+    upload.task_id = task_id;
+    upload.id = u.id;
+    upload.offset = u.offset;
     int64_t size = 0;
     if (u.status == "stored") {
       std::error_code ec;
@@ -979,28 +974,27 @@ std::optional<Agent::HttpReply> Agent::ShipProfiles(const std::string& task_id, 
       }
       if (!unreadable.empty()) {
         // Reported as the rank's failure (and not retried: the file will not mend).
-        body["status"] = "failed";
-        body["message"] = "the agent cannot read the trace " + u.path + ": " + unreadable;
+        upload.kind = protocol::ProfileUpload::Kind::kFailed;
+        upload.message = "the agent cannot read the trace " + u.path + ": " + unreadable;
       } else {
-        body["total_bytes"] = size;
-        body["data_b64"] = Base64Encode(*chunk);
+        upload.kind = protocol::ProfileUpload::Kind::kChunk;
+        upload.total_bytes = size;
+        upload.data = std::move(*chunk);
         ++chunks;
       }
     } else {
-      body["status"] = u.status;
-      if (u.status == "failed") body["message"] = u.message;
+      upload.kind = u.status == "failed" ? protocol::ProfileUpload::Kind::kFailed
+                                         : protocol::ProfileUpload::Kind::kRecording;
+      if (u.status == "failed") upload.message = u.message;
       ++chunks;  // a status is small, but it counts: the loop always ends
     }
-    HttpReply reply = Post(false, "/api/v1/agent/profile", body);
+    HttpReply reply = Post(false, "/api/v1/agent/profile", protocol::ToJson(upload));
     if (reply.status == 0 || reply.status >= 500) return reply;
     bool done = true;
-    if (reply.status == 200 && body.contains("data_b64")) {
+    if (reply.status == 200 && upload.kind == protocol::ProfileUpload::Kind::kChunk) {
       // A reply of the wrong shape reads as "resend from where we were", never a throw.
-      auto text = [&](const char* key) {
-        auto it = reply.body.find(key);
-        return it != reply.body.end() && it->is_string() ? it->get<std::string>() : "";
-      };
-      const std::string state = text("state");
+      auto told = protocol::ParseProfileUploadReply(reply.body);
+      const std::string state = told.ok() ? told->state : "";
       if (state == "stored") {
         Log("task " + task_id + ": profile " + u.id + " uploaded (" + std::to_string(size) +
             " bytes)");
@@ -1008,13 +1002,10 @@ std::optional<Agent::HttpReply> Agent::ShipProfiles(const std::string& task_id, 
         std::filesystem::remove(u.path, ec);  // the server has it; traces are large
       } else if (state == "failed") {
         Log("task " + task_id + ": profile " + u.id +
-            ": the server refused the trace: " + text("message"));
+            ": the server refused the trace: " + told->message);
       } else {
         done = false;
-        if (auto next = reply.body.find("next_offset");
-            next != reply.body.end() && next->is_number_integer()) {
-          u.offset = std::clamp<int64_t>(next->get<int64_t>(), 0, size);
-        }
+        if (told.ok()) u.offset = std::clamp<int64_t>(told->next_offset, 0, size);
       }
     } else if (reply.status != 200) {
       // 4xx: resending would be refused the same way (the request is unknown, the
@@ -1024,7 +1015,7 @@ std::optional<Agent::HttpReply> Agent::ShipProfiles(const std::string& task_id, 
     std::lock_guard lock(mu_);
     auto t = tasks_.find(task_id);
     if (t == tasks_.end() || t->second.profile_uploads.empty()) return std::nullopt;
-    ProfileUpload& front = t->second.profile_uploads.front();
+    PendingProfile& front = t->second.profile_uploads.front();
     if (front.id != u.id || front.status != u.status) continue;
     if (done) {
       t->second.profile_uploads.pop_front();
@@ -1059,24 +1050,22 @@ void Agent::PollLoop() {
       cv_.wait(lock, [this] { return stopping_ || registered_; });
       if (stopping_) break;
     }
-    json body = {{"node", options_.node_name},
-                 {"wait_ms", std::chrono::duration_cast<milliseconds>(options_.poll_wait).count()}};
-    HttpReply reply = Post(true, "/api/v1/agent/poll", body);
+    const protocol::PollRequest request{options_.node_name, options_.poll_wait};
+    HttpReply reply = Post(true, "/api/v1/agent/poll", protocol::ToJson(request));
     std::unique_lock lock(mu_);
     if (stopping_) break;
     if (reply.status == 200) {
       failures = 0;
-      if (auto it = reply.body.find("commands"); it != reply.body.end() && it->is_array()) {
-        for (const auto& c : *it) {
-          auto command = ParseCommand(c);
-          if (!command.ok()) {
-            Log("poll: ignoring a command: " + command.status().message());
-            continue;
-          }
-          commands_.push_back(std::move(*command));
-        }
-        cv_.notify_all();
+      // A command the agent cannot read is logged and ignored; the others still apply.
+      std::vector<Status> rejected;
+      auto got = protocol::ParsePollReply(reply.body, &rejected);
+      for (const Status& s : rejected) Log("poll: ignoring a command: " + s.message());
+      if (!got.ok()) {
+        Log("poll: " + got.status().message());
+        continue;
       }
+      for (Command& c : got->commands) commands_.push_back(std::move(c));
+      if (!got->commands.empty()) cv_.notify_all();
       continue;
     }
     if (reply.status == 404) {

@@ -46,15 +46,24 @@
 #include "agent/gpu.h"
 #include "agent/health_check.h"
 #include "agent/launcher.h"
-#include "agent/protocol.h"
 #include "core/status.h"
 #include "core/units.h"
+#include "protocol/messages.h"
 
 namespace httplib {
 class Client;
 }
 
 namespace trainyard::agent {
+
+// The messages the agent exchanges with the server (docs/agent-protocol.md).
+using protocol::Command;
+using protocol::TaskStart;
+using protocol::TaskState;
+using protocol::TaskStatus;
+
+// Milliseconds since the epoch, as the protocol carries times.
+inline int64_t ToMs(Timestamp t) { return t.time_since_epoch().count(); }
 
 struct AgentOptions {
   // "http://host:port" or "https://host:port"; several, comma-separated, for a control
@@ -119,7 +128,7 @@ class Agent {
 
  private:
   // A profile report on its way to the server: a status, or a stored trace in chunks.
-  struct ProfileUpload {
+  struct PendingProfile {
     std::string id;
     std::string status;   // "recording" | "stored" | "failed"
     std::string path;     // stored: the trace, checked to lie in the task's profile dir
@@ -128,7 +137,7 @@ class Agent {
   };
   struct Task {
     TaskStatus status;
-    StartTask spec;
+    TaskStart spec;
     std::unique_ptr<TaskProcess> process;  // null when the start failed
     std::string log_path;
     std::string metrics_path;
@@ -141,9 +150,9 @@ class Agent {
     FaultEffects fault_effects;           // as last written to fault_file (none: no effect)
     int64_t log_offset = 0;
     int64_t metrics_offset = 0;
-    std::set<std::string> profile_ids;          // profiles asked of this task
-    std::set<std::string> profile_records;      // "<id> <status>" records already taken
-    std::deque<ProfileUpload> profile_uploads;  // what is still to tell the server, in order
+    std::set<std::string> profile_ids;           // profiles asked of this task
+    std::set<std::string> profile_records;       // "<id> <status>" records already taken
+    std::deque<PendingProfile> profile_uploads;  // what is still to tell the server, in order
     bool acked = false;    // the server recorded its exit: ship what is left, then forget
     bool orphan = false;   // the server does not know it: kill it, report nothing
     bool drained = false;  // exited, every byte of its log and metrics and its profiles shipped
@@ -157,7 +166,7 @@ class Agent {
   // POSTs to the server every thread talks to now: with the main loop's client, or the
   // poll thread's (`poll`). A server that does not answer, or a standby (503 with
   // "standby"), makes the agent move on (FailOver).
-  HttpReply Post(bool poll, const std::string& path, const nlohmann::json& body);
+  HttpReply Post(bool poll, const std::string& path, const nlohmann::ordered_json& body);
   std::unique_ptr<httplib::Client> MakeClient(const std::string& url, bool poll) const;
   // From servers_[from] (which gave `reply`) to the leader a standby named, if it is one
   // of servers_, else to the next one; once, however many threads saw the failure.
@@ -171,7 +180,7 @@ class Agent {
   Status Register();
   void Heartbeat();
   void ApplyCommands();
-  void StartTask(const StartTask& spec);
+  void StartTask(const TaskStart& spec);
   // Drops expired faults; hands a changed fault set to the GPU backend; rewrites the
   // fault files whose effects changed.
   void UpdateFaults();
@@ -186,8 +195,7 @@ class Agent {
   // the next heartbeat go at once). Main loop only.
   void TickHealthCheck();
   // Free and total space of the data dir and the running tasks' checkpoint dirs.
-  nlohmann::json Disks();
-  nlohmann::json HealthCheckJson() const;  // null when there is no result (yet)
+  std::vector<protocol::DiskTelemetry> Disks();
   void Ship(bool force);
   // Takes the profile records among `lines` of the task's metrics file. REQUIRES: mu_ held.
   void TakeProfileRecordsLocked(Task& t, const std::vector<nlohmann::json>& lines);
@@ -196,7 +204,7 @@ class Agent {
   std::optional<HttpReply> ShipProfiles(const std::string& task_id, int max_chunks);
   void PollLoop();
   void ForgetFinished();
-  nlohmann::json TaskList(bool include_unacked_only) const;  // REQUIRES: mu_ held
+  std::vector<TaskStatus> TaskList(bool unacked_only) const;  // REQUIRES: mu_ held
 
   const AgentOptions options_;
   const std::unique_ptr<GpuBackend> gpus_;
@@ -221,7 +229,7 @@ class Agent {
   std::condition_variable cv_;
   std::map<std::string, Task> tasks_;  // GUARDED_BY(mu_)
   std::deque<Command> commands_;       // GUARDED_BY(mu_)
-  std::vector<Fault> faults_;          // GUARDED_BY(mu_): active on this node
+  std::vector<FaultSpec> faults_;      // GUARDED_BY(mu_): active on this node
   bool faults_changed_ = false;        // GUARDED_BY(mu_): not yet given to the backend
   int64_t checkpoint_requests_ = 0;    // GUARDED_BY(mu_)
   bool stopping_ = false;              // GUARDED_BY(mu_)

@@ -320,7 +320,9 @@ class AgentTest : public ::testing::Test {
   }
 
   // A task that prints, writes metrics, then waits for a file named `go` in its workdir.
+  // `id` is "<job>.<attempt>.<rank>", and the start says those numbers, as a server's does.
   json StartCommand(const std::string& id, int exit_code = 7) {
+    const size_t a = id.find('.'), b = id.rfind('.');
     std::string script =
         "echo hello; echo \"gpus=$CUDA_VISIBLE_DEVICES\"; "
         "printf '{\"step\":1}\\nnot json\\n{\"step\":2}\\n{\"step\":' >> "
@@ -330,9 +332,9 @@ class AgentTest : public ::testing::Test {
     return {{"kind", "start"},
             {"task",
              {{"task_id", id},
-              {"job_id", 5},
-              {"attempt", 1},
-              {"rank", std::stoi(id.substr(id.rfind('.') + 1))},
+              {"job_id", std::stoll(id.substr(0, a))},
+              {"attempt", std::stoi(id.substr(a + 1, b - a - 1))},
+              {"rank", std::stoi(id.substr(b + 1))},
               {"argv", {"/bin/sh", "-c", script}},
               {"env", {{"RANK", "0"}}},
               {"workdir", dir_.string()},

@@ -5,8 +5,8 @@
 namespace trainyard::agent {
 namespace {
 
-Fault F(std::string id, FaultKind kind, int gpu = -1, int64_t job_id = 0) {
-  return Fault{std::move(id), kind, gpu, 0, job_id};
+FaultSpec F(std::string id, FaultKind kind, int gpu = -1, int64_t job_id = 0) {
+  return FaultSpec{std::move(id), kind, gpu, 0, job_id};
 }
 
 FaultEffects Slow(double factor) {
@@ -15,16 +15,9 @@ FaultEffects Slow(double factor) {
   return e;
 }
 
-TEST(ParseFaultKindTest, NamesRoundTripAndUnknownOnesListTheValid) {
-  for (FaultKind k : {FaultKind::kXid, FaultKind::kEcc, FaultKind::kThermal, FaultKind::kLinkDown,
-                      FaultKind::kSlow, FaultKind::kHang, FaultKind::kDataStall,
-                      FaultKind::kLossNan, FaultKind::kGradSpike, FaultKind::kCommSlow}) {
-    auto parsed = ParseFaultKind(FaultKindName(k));
-    ASSERT_TRUE(parsed.ok());
-    EXPECT_EQ(*parsed, k);
-  }
-  EXPECT_EQ(ParseFaultKind("Slow").status().message(),
-            "unknown fault kind \"Slow\"; valid kinds: " + ValidFaultKinds());
+TEST(FaultEffectsTest, TheFaultFileHoldsEveryEffect) {
+  EXPECT_EQ(ToJson(FaultEffects{}), nlohmann::json::parse(R"({"slow_factor": 1.0, "hang": false,
+            "data_stall_s": 0.0, "loss_nan": false, "grad_spike": false})"));
 }
 
 // Two tasks of job 5 on GPUs 0-1 and 2-3, one of job 6 on GPU 4.

@@ -178,11 +178,11 @@ void SimulatedGpus::SetFaultsLocked(State& s, const SimulatedFaults& faults) {
   }
 }
 
-void SimulatedGpus::ApplyFaults(const std::vector<Fault>& faults) {
+void SimulatedGpus::ApplyFaults(const std::vector<FaultSpec>& faults) {
   std::lock_guard lock(mu_);
   std::vector<SimulatedFaults> next(state_.size());
   link_down_ = false;
-  for (const Fault& f : faults) {
+  for (const FaultSpec& f : faults) {
     if (f.kind == FaultKind::kLinkDown) link_down_ = true;
     // A new event fault fires once, on the GPUs it names.
     const bool fires =

@@ -77,7 +77,7 @@ class GpuBackend {
   // Makes telemetry show `faults`, the complete set now active on the node (it replaces
   // the previous one). A backend that cannot fake telemetry (real GPUs) ignores it:
   // only the trainer effects of faults (faults.h) apply there.
-  virtual void ApplyFaults(const std::vector<Fault>& /*faults*/) {}
+  virtual void ApplyFaults(const std::vector<FaultSpec>& /*faults*/) {}
   virtual bool simulated() const = 0;
 };
 
@@ -153,7 +153,7 @@ class SimulatedGpus : public GpuBackend {
   // faults count once per fault id over the backend's life, however often a set that
   // holds them is applied: xid an XID 79, ecc an uncorrectable ECC error and its XID 48.
   // A fault naming a GPU the node lacks does nothing.
-  void ApplyFaults(const std::vector<Fault>& faults) override;
+  void ApplyFaults(const std::vector<FaultSpec>& faults) override;
 
   // Replaces the faults of GPU `index` (a default SimulatedFaults clears them).
   Status SetFaults(int index, const SimulatedFaults& faults);

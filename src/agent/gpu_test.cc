@@ -150,11 +150,11 @@ TEST(SimulatedGpusTest, AppliedFaultsShowInTelemetry) {
   auto created = SimulatedGpus::Create(4, "H100", "node-1", 3);
   SimulatedGpus& gpus = **created;
   gpus.SetBusyGpus({0, 1, 2, 3});
-  const std::vector<Fault> faults = {{"f-1", FaultKind::kXid, 0, 0, 0},
-                                     {"f-2", FaultKind::kEcc, 1, 0, 0},
-                                     {"f-3", FaultKind::kDataStall, 2, 0, 0},
-                                     {"f-4", FaultKind::kSlow, 3, 0, 0},
-                                     {"f-5", FaultKind::kLossNan, 0, 0, 0}};
+  const std::vector<FaultSpec> faults = {{"f-1", FaultKind::kXid, 0, 0, 0},
+                                         {"f-2", FaultKind::kEcc, 1, 0, 0},
+                                         {"f-3", FaultKind::kDataStall, 2, 0, 0},
+                                         {"f-4", FaultKind::kSlow, 3, 0, 0},
+                                         {"f-5", FaultKind::kLossNan, 0, 0, 0}};
   gpus.ApplyFaults(faults);
   // The same set again (the server resends it) counts no new events.
   gpus.ApplyFaults(faults);

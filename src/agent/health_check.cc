@@ -94,7 +94,7 @@ HealthCheckResult RunHealthCheck(const HealthCheckOptions& options, const std::s
   auto fail = [&](std::string output) {
     result.ok = false;
     result.output = std::move(output);
-    result.at = now();
+    result.at_ms = now().time_since_epoch().count();
     return result;
   };
 
@@ -155,7 +155,7 @@ HealthCheckResult RunHealthCheck(const HealthCheckOptions& options, const std::s
                         ? "health check killed by signal " + std::to_string(p.term_signal())
                         : "health check exited with status " + std::to_string(p.exit_code());
   }
-  result.at = now();
+  result.at_ms = now().time_since_epoch().count();
   return result;
 }
 

@@ -28,19 +28,14 @@
 
 #include "core/status.h"
 #include "core/units.h"
+#include "protocol/messages.h"
 
 namespace trainyard::agent {
 
-// What a check said. `output` is its stdout and stderr, trimmed, at most
-// kMaxHealthCheckOutput bytes (the first part, and a line saying it was cut).
-struct HealthCheckResult {
-  bool ok = false;
-  std::string output;
-  Timestamp at{};       // when it ended, by the agent's clock
-  std::string trigger;  // "join" | "periodic" | "task-failed"
-
-  friend bool operator==(const HealthCheckResult&, const HealthCheckResult&) = default;
-};
+// What a check said, as the agent reports it: `ok`, `output` (its stdout and stderr,
+// trimmed, at most kMaxHealthCheckOutput bytes: the first part, and a line saying it
+// was cut), `at_ms` (when it ended, by the agent's clock) and `trigger`.
+using protocol::HealthCheckResult;
 
 inline constexpr size_t kMaxHealthCheckOutput = 4096;
 
@@ -48,7 +43,7 @@ struct HealthCheckOptions {
   std::string program;    // absolute path of an executable
   std::string node_name;  // TRAINYARD_NODE
   Duration timeout = std::chrono::seconds(60);
-  // The agent's clock, for HealthCheckResult::at; default: the wall clock.
+  // The agent's clock, for HealthCheckResult::at_ms; default: the wall clock.
   std::function<Timestamp()> now;
 };
 

@@ -60,7 +60,7 @@ exit 0)"));
   HealthCheckResult r = RunHealthCheck(o, "join");
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.output, "node=node-7 trigger=join\nhome=unset path=set");
-  EXPECT_EQ(r.at, kT0);
+  EXPECT_EQ(r.at_ms, kT0.time_since_epoch().count());
   EXPECT_EQ(r.trigger, "join");
 }
 

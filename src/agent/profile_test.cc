@@ -7,8 +7,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/protocol.h"
-
 namespace trainyard::agent {
 namespace {
 
@@ -35,27 +33,6 @@ TEST(ParseProfileRecordTest, OnlyWellFormedProfileRecords) {
                             R"({"kind":"profile","id":"p","status":"stored"})", R"([1])"}) {
     EXPECT_FALSE(ParseProfileRecord(json::parse(other))) << other;
   }
-}
-
-TEST(ParseCommandTest, ProfileCommandsNeedAPlainIdAndStepsInRange) {
-  auto c =
-      ParseCommand(json::parse(R"({"kind":"profile","task_id":"7.0.1","id":"p-7-2","steps":20})"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->kind, Command::Kind::kProfile);
-  EXPECT_EQ(c->task_id, "7.0.1");
-  EXPECT_EQ(c->profile_id, "p-7-2");
-  EXPECT_EQ(c->steps, 20);
-  for (const char* bad : {R"({"kind":"profile","task_id":"7.0.1","id":"../x","steps":20})",
-                          R"({"kind":"profile","task_id":"7.0.1","id":"p-7-2","steps":0})",
-                          R"({"kind":"profile","task_id":"7.0.1","id":"p-7-2"})",
-                          R"({"kind":"profile","task_id":"7.0.1","steps":3})"}) {
-    EXPECT_FALSE(ParseCommand(json::parse(bad)).ok()) << bad;
-  }
-  EXPECT_THAT(
-      ParseCommand(json::parse(R"({"kind":"profile","task_id":"7.0.1","id":"a/b","steps":1})"))
-          .status()
-          .message(),
-      HasSubstr("profile: id"));
 }
 
 class ProfileFilesTest : public ::testing::Test {

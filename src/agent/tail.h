@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "core/status.h"
+#include "protocol/messages.h"
 
 namespace trainyard::agent {
 
-inline constexpr int64_t kMaxShipBytes = 1 << 20;  // per request, as the protocol allows
+inline constexpr int64_t kMaxShipBytes = protocol::kMaxUploadBytes;  // per request
 
 // Up to `max_bytes` of `path` from `offset`; empty when there is nothing new or the file
 // does not exist yet.
@@ -41,8 +42,5 @@ Result<MetricsBatch> ReadMetricsLines(const std::string& path, int64_t offset,
 // skipped, lines that are not JSON objects counted invalid, a trailing line without
 // its newline left out (end_offset stops before it). No I/O; ReadMetricsLines uses it.
 MetricsBatch ParseMetricsLines(std::string_view text, int64_t offset);
-
-// Standard base64 with padding.
-std::string Base64Encode(std::string_view bytes);
 
 }  // namespace trainyard::agent

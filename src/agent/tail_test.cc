@@ -94,14 +94,5 @@ TEST(ParseMetricsLinesTest, NoNewlineConsumesNothing) {
   EXPECT_EQ(b.end_offset, 7);
 }
 
-TEST(Base64Test, EncodesWithPadding) {
-  EXPECT_EQ(Base64Encode(""), "");
-  EXPECT_EQ(Base64Encode("f"), "Zg==");
-  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
-  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
-  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
-  EXPECT_EQ(Base64Encode(std::string("\xff\x00\xfe", 3)), "/wD+");
-}
-
 }  // namespace
 }  // namespace trainyard::agent

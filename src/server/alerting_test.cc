@@ -113,7 +113,7 @@ class AlertingTest : public ::testing::Test {
         t.job_id = c.start.job_id;
         t.attempt = c.start.attempt;
         t.rank = c.start.rank;
-        t.state = "running";
+        t.state = TaskState::kRunning;
         hb.tasks.push_back(t);
         EXPECT_TRUE(cluster_->HandleHeartbeat(hb).ok());
       }

@@ -74,7 +74,4 @@ struct ApiOptions {
 std::vector<RouteInfo> InstallApi(http::Server& http, Cluster& cluster, LogStore& logs,
                                   AccessControl& access, ApiOptions options);
 
-// Standard base64 (RFC 4648, with padding); InvalidArgument on bad input.
-Result<std::string> DecodeBase64(std::string_view text);
-
 }  // namespace trainyard::server

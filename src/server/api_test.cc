@@ -225,14 +225,6 @@ TEST(ParseTenantQuotaTest, BothCountsRequired) {
       HasSubstr("tenant: unknown field \"x\"; valid: guaranteed_gpus, limit_gpus"));
 }
 
-TEST(DecodeBase64Test, RoundTrips) {
-  EXPECT_EQ(*DecodeBase64("aGVsbG8="), "hello");
-  EXPECT_EQ(*DecodeBase64("aGVsbG8h"), "hello!");
-  EXPECT_EQ(*DecodeBase64(""), "");
-  EXPECT_FALSE(DecodeBase64("a").ok());
-  EXPECT_FALSE(DecodeBase64("a*==").ok());
-}
-
 TEST(ParseProfileParamsTest, DefaultsBoundsAndNamedErrors) {
   auto none = ParseProfileParams("");
   ASSERT_TRUE(none.ok()) << none.status().ToString();

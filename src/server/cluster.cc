@@ -473,17 +473,17 @@ class Cluster::Impl {
   // A rank the agent stopped itself when it lost contact (fenced) becomes Gone: the gang
   // is given up as Lost (ReportedRankLocked), not failed.
   void UpdateRankLocked(const JobSpec& spec, Rank& r, const TaskStatus& t) {
-    if (t.state == "exited" && t.fenced) {
+    if (t.state == TaskState::kExited && t.fenced) {
       r.state = RankState::kGone;
       r.message = RedactSecretValues(spec, t.message);
-    } else if (t.state == "exited") {
+    } else if (t.state == TaskState::kExited) {
       r.state = RankState::kExited;
       r.exit_code = t.exit_code;
       r.signal = t.signal;
       // It reaches events, job reasons and the API: never with a secret in it.
       r.message = RedactSecretValues(spec, t.message);
     } else if (!Done(r.state)) {
-      r.state = t.state == "running" ? RankState::kRunning : RankState::kStarting;
+      r.state = t.state == TaskState::kRunning ? RankState::kRunning : RankState::kStarting;
     }
   }
   // The rank `t` is about, when it belongs to the open attempt of an active job and
@@ -1367,7 +1367,7 @@ Result<InjectedFault> Cluster::Impl::InjectFault(const std::string& node, const 
   InjectedFault f;
   f.node = node;
   f.fault.id = "f-" + std::to_string(next_fault_++);
-  f.fault.kind = kind;
+  f.fault.kind = *ParseFaultKind(kind);
   f.fault.gpu = gpu;
   f.fault.until_ms = duration.count() > 0 ? (now + duration).time_since_epoch().count() : 0;
   f.created = now;
@@ -1422,7 +1422,7 @@ void Cluster::Impl::SyncFaultsLocked(bool force_node_resend, const std::string& 
   // their collectives): their other nodes get comm-slow for those jobs.
   for (const auto& [name, n] : nodes_) {
     for (const InjectedFault& f : n.faults) {
-      if (f.fault.kind != "link-down") continue;
+      if (f.fault.kind != FaultKind::kLinkDown) continue;
       for (const auto& [id, e] : jobs_) {
         if (!e.gang) continue;
         const std::string& down = name;  // (clang 14 cannot capture a structured binding)
@@ -1435,7 +1435,7 @@ void Cluster::Impl::SyncFaultsLocked(bool force_node_resend, const std::string& 
         for (const std::string& other : others) {
           FaultSpec c;
           c.id = f.fault.id + "/job-" + std::to_string(id);
-          c.kind = std::string(kCommSlowFault);
+          c.kind = FaultKind::kCommSlow;
           c.until_ms = f.fault.until_ms;
           c.job_id = id;
           want[other].push_back(std::move(c));
@@ -1964,12 +1964,12 @@ Result<RegisterReply> Cluster::Impl::Register(const Registration& reg) {
     reported.insert(t.task_id);
     auto [e, r] = FindRank(name, t);
     if (e == nullptr || r->state == RankState::kGone) {
-      if (t.state != "exited") reply.stop.push_back(t.task_id);
+      if (t.state != TaskState::kExited) reply.stop.push_back(t.task_id);
       continue;
     }
     UpdateRankLocked(e->job.spec, *r, t);
     touched.insert(e->job.id);
-    if (t.state != "exited" &&
+    if (t.state != TaskState::kExited &&
         (e->gang->stopping != Stopping::kNone || e->job.state == JobState::kPreempting)) {
       // Still running but the gang is on its way out: stop it (again).
       reply.stop.push_back(t.task_id);
@@ -2047,7 +2047,7 @@ Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat&
   for (const TaskStatus& t : hb.tasks) {
     auto [e, r] = FindRank(hb.node, t);
     if (e == nullptr) {
-      if (t.state != "exited") {
+      if (t.state != TaskState::kExited) {
         Command c;
         c.kind = Command::Kind::kStop;
         c.task_id = t.task_id;
@@ -2065,7 +2065,7 @@ Result<std::vector<std::string>> Cluster::Impl::HandleHeartbeat(const Heartbeat&
   // nothing the server knows), so a restarted server hears of it again otherwise.
   std::vector<std::string> ack;
   for (const TaskStatus& t : hb.tasks) {
-    if (t.state != "exited") continue;
+    if (t.state != TaskState::kExited) continue;
     auto [e, r] = FindRank(hb.node, t);
     if (e == nullptr) ack.push_back(t.task_id);
   }

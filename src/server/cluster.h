@@ -173,14 +173,6 @@ struct SubmitOptions {
   std::optional<AuditEntry> audit;
 };
 
-struct RegisterReply {
-  Duration heartbeat_interval{1000};
-  // node_timeout + node_lost_grace: how long after its last heartbeat the node's work
-  // may be given to others. The agent has stopped its tasks by then.
-  Duration release_after{135'000};
-  std::vector<std::string> stop;
-};
-
 struct PassStats {
   int binds = 0;
   int preemptions = 0;

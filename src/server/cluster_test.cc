@@ -48,7 +48,7 @@ TaskStatus Task(const Command& start, const std::string& state, int exit_code = 
   t.job_id = start.start.job_id;
   t.attempt = start.start.attempt;
   t.rank = start.start.rank;
-  t.state = state;
+  t.state = protocol::ParseTaskState(state).value();
   t.exit_code = exit_code;
   t.signal = sig;
   return t;
@@ -1064,11 +1064,11 @@ TEST_F(ClusterTest, InjectedFaultsReachTheAgentAndLinkDownSlowsTheJobsOtherNodes
   ASSERT_THAT(c0, SizeIs(1));
   EXPECT_EQ(c0[0].kind, Command::Kind::kFaults);
   ASSERT_THAT(c0[0].faults, SizeIs(1));
-  EXPECT_EQ(c0[0].faults[0].kind, "link-down");
+  EXPECT_EQ(c0[0].faults[0].kind, FaultKind::kLinkDown);
   auto c1 = Commands("node-1");
   ASSERT_THAT(c1, SizeIs(1));
   ASSERT_THAT(c1[0].faults, SizeIs(1));
-  EXPECT_EQ(c1[0].faults[0].kind, "comm-slow");
+  EXPECT_EQ(c1[0].faults[0].kind, FaultKind::kCommSlow);
   EXPECT_EQ(c1[0].faults[0].job_id, id);
   // Nothing changed: nothing is sent again.
   ASSERT_TRUE(cluster_->Tick().ok());

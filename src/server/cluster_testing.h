@@ -17,8 +17,8 @@ inline Result<std::vector<Command>> StartRanksOn(Cluster& cluster, const std::st
   Heartbeat hb;
   hb.node = node;
   for (const Command& c : commands) {
-    hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank, "running",
-                        1, 0, 0, 0, 0, ""});
+    hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank,
+                        TaskState::kRunning, 1, 0, 0, 0, 0, ""});
   }
   TY_RETURN_IF_ERROR(cluster.HandleHeartbeat(hb).status());
   return commands;

@@ -82,7 +82,7 @@ Result<std::string> ProfileIdField(const json& j, const std::string& field, JobI
 Result<std::string> DataField(const json& j, const std::string& field, const char* absent) {
   auto b64 = j.find("data_b64");
   if (b64 == j.end() || !b64->is_string()) return InvalidArgument(field + ": " + absent);
-  return DecodeBase64(b64->get<std::string>());
+  return DecodeBase64(b64->get<std::string>(), field);
 }
 
 }  // namespace
