@@ -6,10 +6,12 @@
 //
 // Properties: every answer the server writes is a well-formed HTTP/1.1 status line
 // with headers ending in an empty line, and a Content-Length body or a chunked body
-// that ends; the server answers a probe after every input (it neither crashed nor
-// stopped answering); the handlers see what the server parsed: the echo route returns
-// the method, the decoded path and the body it got, and those are checked against
-// the route's pattern.
+// that ends; a refusal (400, 413, 414, 431, 501: only the server's own, the routes here
+// answer none of them) says Connection: close and is the last answer on its connection
+// (the bytes after a refused request cannot be trusted); the server answers a probe
+// after every input (it neither crashed nor stopped answering); the handlers see what
+// the server parsed: the echo route returns the method, the decoded path and the body
+// it got, and those are checked against the route's pattern.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -185,6 +187,11 @@ int CheckAnswers(std::string_view out, std::string_view input) {
       }
       pos = next;
     }
+    const bool refusal =
+        status == 400 || status == 413 || status == 414 || status == 431 || status == 501;
+    if (refusal && head.find("\r\nConnection: close") == std::string_view::npos) {
+      trainyard::fuzz::Fail(kTarget, "a refusal that does not close the connection", input);
+    }
     if (head_request) {
       continue;  // the headers a GET would have, no body
     } else if (chunked) {
@@ -196,6 +203,9 @@ int CheckAnswers(std::string_view out, std::string_view input) {
     } else if (has_length) {
       if (out.size() < length) trainyard::fuzz::Fail(kTarget, "a body shorter than said", input);
       out.remove_prefix(length);
+    }
+    if (refusal && !out.empty()) {
+      trainyard::fuzz::Fail(kTarget, "an answer after a refusal on the same connection", input);
     } else if (status != 204 && status != 304) {
       out = {};  // a body without a length ends with the connection (HTTP/1.0 streams)
     }

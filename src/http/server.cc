@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -72,6 +73,8 @@ const char* ReasonPhrase(int status) {
       return "Length Required";
     case 413:
       return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
     case 415:
       return "Unsupported Media Type";
     case 422:
@@ -163,8 +166,127 @@ struct Conn {
   }
 };
 
-// Why reading a request stopped.
-enum class ReadError { kNone, kClosed, kTimeout, kBad, kTooLarge, kHeaderTooLarge };
+// Why reading a request stopped: the connection ended or stalled, or the request is
+// refused (Refusal).
+enum class ReadError { kNone, kClosed, kTimeout, kRefused };
+
+// A request refused while it is read: the status and a one-line reason, the body of
+// the answer.
+struct Refusal {
+  int status = 0;
+  std::string why;
+};
+
+ReadError Refuse(Refusal& out, int status, std::string why) {
+  out = {status, std::move(why)};
+  return ReadError::kRefused;
+}
+
+// RFC 9110 section 5.6.2: the characters of a token (methods, field names, codings).
+bool IsTokenChar(char ch) {
+  if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9')) {
+    return true;
+  }
+  return std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), IsTokenChar);
+}
+
+// A control character other than horizontal tab (CR, LF and NUL among them), which a
+// field value or request line may not hold (RFC 9110 section 5.5).
+bool IsControl(char ch) {
+  const auto u = static_cast<unsigned char>(ch);
+  return (u < 0x20 && u != '\t') || u == 0x7f;
+}
+
+// How a request's body is delimited (RFC 9112 section 6.3).
+struct Framing {
+  bool chunked = false;
+  uint64_t length = 0;  // when not chunked
+};
+
+// The framing the head gives, or a refusal (ServerOptions in server.h lists the rules).
+std::optional<Framing> BodyFraming(const httplib::Request& req, size_t max_body, Refusal& no) {
+  const size_t te_fields = req.headers.count("Transfer-Encoding");
+  const size_t cl_fields = req.headers.count("Content-Length");
+  if (te_fields > 0) {
+    if (req.version == "HTTP/1.0") {
+      Refuse(no, 400, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+      return std::nullopt;
+    }
+    if (te_fields > 1) {
+      Refuse(no, 400,
+             "Transfer-Encoding is given " + std::to_string(te_fields) + " times; give it once");
+      return std::nullopt;
+    }
+    if (cl_fields > 0) {
+      Refuse(no, 400,
+             "Transfer-Encoding and Content-Length are both given; a request may have one");
+      return std::nullopt;
+    }
+    const std::string value = req.get_header_value("Transfer-Encoding");
+    std::vector<std::string_view> codings;
+    for (std::string_view rest = value; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      const std::string_view coding = TrimBlanks(rest.substr(0, comma));
+      if (!coding.empty()) codings.push_back(coding);  // empty list elements are ignored
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    const size_t chunked =
+        static_cast<size_t>(std::count_if(codings.begin(), codings.end(), [](std::string_view c) {
+          return EqualsIgnoreCase(c, "chunked");
+        }));
+    if (codings.empty() || !EqualsIgnoreCase(codings.back(), "chunked") || chunked > 1) {
+      Refuse(no, 400,
+             "Transfer-Encoding " + QuoteForMessage(value) +
+                 ": the body's length cannot be known; the codings must end with chunked, "
+                 "given once (only chunked is supported)");
+      return std::nullopt;
+    }
+    if (codings.size() > 1) {
+      Refuse(no, 501,
+             "Transfer-Encoding " + QuoteForMessage(value) + ": coding " +
+                 QuoteForMessage(codings.front()) + " is not implemented; only chunked is");
+      return std::nullopt;
+    }
+    return Framing{.chunked = true};
+  }
+  if (cl_fields == 0) return Framing{};
+  if (cl_fields > 1) {
+    Refuse(no, 400,
+           "Content-Length is given " + std::to_string(cl_fields) + " times; give it once");
+    return std::nullopt;
+  }
+  const std::string text = req.get_header_value("Content-Length");
+  uint64_t length = 0;
+  bool digits = !text.empty();
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') {
+      digits = false;
+      break;
+    }
+    const uint64_t d = static_cast<uint64_t>(ch - '0');
+    if (length > (std::numeric_limits<uint64_t>::max() - d) / 10) {
+      Refuse(no, 400, "Content-Length " + QuoteForMessage(text) + " does not fit in 64 bits");
+      return std::nullopt;
+    }
+    length = length * 10 + d;
+  }
+  if (!digits) {
+    Refuse(no, 400,
+           "Content-Length " + QuoteForMessage(text) +
+               " is not a number of bytes (decimal digits only, one value)");
+    return std::nullopt;
+  }
+  if (length > max_body) {
+    Refuse(no, 413, "request body too large; the limit is " + std::to_string(max_body) + " bytes");
+    return std::nullopt;
+  }
+  return Framing{.length = length};
+}
 
 struct RouteEntry {
   std::string method;
@@ -292,7 +414,8 @@ struct Server::Impl final : LaterOwner {
   bool WaitFor(Conn& c, short events, std::chrono::milliseconds timeout);
   // Whether the connection's next request arrives within opt.next_request_wait.
   bool WaitForNext(Conn& c);
-  // Reads more bytes into c.in; false at end of stream, on error or timeout.
+  // Reads more bytes into c.in; false at end of stream, on error or timeout (`why`:
+  // kClosed or kTimeout).
   bool Fill(Conn& c, ReadError& why);
   bool WriteAll(Conn& c, std::string_view data);
   bool Handshake(Conn& c);
@@ -301,9 +424,17 @@ struct Server::Impl final : LaterOwner {
   }
 
   // --- HTTP --------------------------------------------------------------------------
-  ReadError ReadRequest(Conn& c, Request& req, bool& keep_alive);
-  ReadError ReadChunkedBody(Conn& c, std::string& body);
-  std::optional<std::string> ReadLine(Conn& c, ReadError& why, size_t limit);
+  // Reads the next request; kRefused fills `no`.
+  ReadError ReadRequest(Conn& c, Request& req, bool& keep_alive, Refusal& no);
+  // Reads up to the empty line that ends the head, refusing a head beyond the limits;
+  // kNone sets `end` to the offset of that empty line's CRLF in c.in.
+  ReadError ReadHead(Conn& c, size_t& end, Refusal& no);
+  // Parses the head c.in[c.pos, end) into `req`.
+  ReadError ParseHead(Conn& c, size_t end, Request& req, Refusal& no);
+  ReadError ReadChunkedBody(Conn& c, std::string& body, Refusal& no);
+  // The next line, without its CRLF. kRefused when it would be longer than `limit`
+  // (`no` is left for the caller to fill).
+  ReadError ReadLine(Conn& c, size_t limit, std::string& line);
   // Runs the route `req` matches; returns its pattern ("" when none matched). For a
   // route answered later, `req` is moved into `*later` and `res` holds the answer only
   // when the handler gave it before returning (else *later is left set).
@@ -317,7 +448,9 @@ struct Server::Impl final : LaterOwner {
   // Writes the answer; false when the connection must close (write failed, or a body
   // without a length).
   bool WriteResponse(Conn& c, const Request& req, Response& res, bool keep_alive);
-  void WriteError(Conn& c, int status);
+  // Answers a refused request (its reason as a text/plain body, through the error
+  // handler) and closes the connection.
+  void AnswerRefusal(Conn* c, const Refusal& no);
   // Before closing a connection whose client may still be sending (a body refused
   // unread): stops writing, then reads and drops what comes for a while, so that the
   // client reads the answer instead of a reset (closing with unread bytes sends RST).
@@ -557,23 +690,15 @@ void Server::Impl::Serve(Conn* c) {
     }
     Request req;
     bool keep_alive = true;
-    const ReadError err = ReadRequest(*c, req, keep_alive);
-    switch (err) {
+    Refusal no;
+    switch (ReadRequest(*c, req, keep_alive, no)) {
       case ReadError::kNone:
         break;
       case ReadError::kClosed:
       case ReadError::kTimeout:
         return Close(c);
-      case ReadError::kBad:
-        WriteError(*c, 400);
-        return Close(c);
-      case ReadError::kTooLarge:
-        WriteError(*c, 413);
-        Linger(*c);
-        return Close(c);
-      case ReadError::kHeaderTooLarge:
-        WriteError(*c, 431);
-        return Close(c);
+      case ReadError::kRefused:
+        return AnswerRefusal(c, no);
     }
     Response res;
     std::shared_ptr<Later::Pending> later;
@@ -716,108 +841,206 @@ bool Server::Impl::Handshake(Conn& c) {
 
 // --- HTTP ---------------------------------------------------------------------------
 
-std::optional<std::string> Server::Impl::ReadLine(Conn& c, ReadError& why, size_t limit) {
+ReadError Server::Impl::ReadLine(Conn& c, size_t limit, std::string& line) {
   for (;;) {
     const size_t eol = c.in.find("\r\n", c.pos);
-    if (eol != std::string::npos) {
-      std::string line = c.in.substr(c.pos, eol - c.pos);
+    if (eol != std::string::npos && eol - c.pos <= limit) {
+      line.assign(c.in, c.pos, eol - c.pos);
       c.pos = eol + 2;
-      return line;
+      return ReadError::kNone;
     }
-    if (c.in.size() - c.pos > limit) {
-      why = ReadError::kBad;
-      return std::nullopt;
-    }
-    if (!Fill(c, why)) {
-      if (why == ReadError::kClosed) why = ReadError::kBad;
-      return std::nullopt;
-    }
+    if (eol != std::string::npos || c.in.size() - c.pos > limit + 1) return ReadError::kRefused;
+    ReadError why = ReadError::kNone;
+    if (!Fill(c, why)) return why;
   }
 }
 
-ReadError Server::Impl::ReadChunkedBody(Conn& c, std::string& body) {
-  ReadError why = ReadError::kNone;
+ReadError Server::Impl::ReadChunkedBody(Conn& c, std::string& body, Refusal& no) {
+  // Not a real client's: a chunk size with its extensions runs to a few dozen bytes.
+  constexpr size_t kMaxChunkLine = 1024;
+  std::string line;
   for (;;) {
-    std::optional<std::string> line = ReadLine(c, why, 1024);
-    if (!line) return why;
-    const std::string_view size_text = std::string_view(*line).substr(0, line->find(';'));
-    if (size_text.empty()) return ReadError::kBad;
+    ReadError err = ReadLine(c, kMaxChunkLine, line);
+    if (err == ReadError::kRefused) {
+      return Refuse(no, 400,
+                    "chunked body: a chunk size line longer than " + std::to_string(kMaxChunkLine) +
+                        " bytes");
+    }
+    if (err == ReadError::kClosed) {
+      return Refuse(no, 400, "chunked body: the connection ended before the last chunk");
+    }
+    if (err != ReadError::kNone) return err;
+    const std::string_view size_text = TrimBlanks(std::string_view(line).substr(0, line.find(';')));
+    if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(),
+                                          [](char ch) { return HexDigit(ch) >= 0; })) {
+      return Refuse(no, 400,
+                    "chunked body: chunk size " + QuoteForMessage(size_text) +
+                        " is not a hexadecimal number");
+    }
     size_t size = 0;
     for (char ch : size_text) {
-      if (ch == ' ' || ch == '\t') break;
-      const int d = HexDigit(ch);
-      if (d < 0 || size > (opt.max_body_bytes + 1) / 16 + 1) return ReadError::kBad;
-      size = size * 16 + static_cast<size_t>(d);
-    }
-    if (size == 0) {
-      // Trailers, up to the empty line; ignored.
-      for (;;) {
-        line = ReadLine(c, why, opt.max_header_bytes);
-        if (!line) return why;
-        if (line->empty()) return ReadError::kNone;
+      size = size * 16 + static_cast<size_t>(HexDigit(ch));
+      if (body.size() + size > opt.max_body_bytes) {
+        return Refuse(no, 413,
+                      "request body too large; the limit is " + std::to_string(opt.max_body_bytes) +
+                          " bytes");
       }
     }
-    if (body.size() + size > opt.max_body_bytes) return ReadError::kTooLarge;
+    if (size == 0) {
+      // Trailer fields, up to the empty line; read within the head's limits, then ignored.
+      size_t trailer_bytes = 0;
+      for (;;) {
+        err = ReadLine(c, opt.max_header_line_bytes, line);
+        if (err == ReadError::kRefused ||
+            (err == ReadError::kNone && (trailer_bytes += line.size()) > opt.max_header_bytes)) {
+          return Refuse(no, 431, "chunked body: trailer fields beyond the header limits");
+        }
+        if (err == ReadError::kClosed) {
+          return Refuse(no, 400, "chunked body: the connection ended inside the trailer");
+        }
+        if (err != ReadError::kNone) return err;
+        if (line.empty()) return ReadError::kNone;
+      }
+    }
     while (c.in.size() - c.pos < size + 2) {
-      if (!Fill(c, why)) return why == ReadError::kClosed ? ReadError::kBad : why;
+      ReadError why = ReadError::kNone;
+      if (!Fill(c, why)) {
+        if (why != ReadError::kClosed) return why;
+        return Refuse(no, 400, "chunked body: the connection ended inside a chunk");
+      }
+    }
+    if (c.in.compare(c.pos + size, 2, "\r\n") != 0) {
+      return Refuse(no, 400, "chunked body: a chunk is longer than its size says");
     }
     body.append(c.in, c.pos, size);
-    if (c.in.compare(c.pos + size, 2, "\r\n") != 0) return ReadError::kBad;
     c.pos += size + 2;
   }
 }
 
-ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive) {
-  // The head: request line and headers, up to the empty line.
-  ReadError why = ReadError::kNone;
-  size_t end;
+ReadError Server::Impl::ReadHead(Conn& c, size_t& end, Refusal& no) {
+  // Line by line as bytes arrive, so that a head beyond a limit is refused as soon as
+  // it passes it, never waited for to the end.
+  size_t line_start = c.pos;   // of the line being read
+  size_t search_from = c.pos;  // no CRLF before this, from line_start on
+  size_t fields = 0;
+  bool request_line = true;
   for (;;) {
-    // Blank lines before a request are ignored (RFC 9112 section 2.2).
-    while (c.in.compare(c.pos, 2, "\r\n") == 0) c.pos += 2;
-    end = c.in.find("\r\n\r\n", c.pos);
-    if (end != std::string::npos) break;
-    if (c.in.size() - c.pos > opt.max_header_bytes) return ReadError::kHeaderTooLarge;
-    const bool started = c.in.size() > c.pos;
-    if (!Fill(c, why)) {
-      // A connection closed between requests is the normal end of keep-alive.
-      return started && why == ReadError::kClosed ? ReadError::kBad : why;
+    // Empty lines before a request are ignored (RFC 9112 section 2.2).
+    if (request_line) {
+      while (c.in.compare(c.pos, 2, "\r\n") == 0) c.pos += 2;
+      line_start = std::max(line_start, c.pos);
+      search_from = std::max(search_from, c.pos);
     }
+    const size_t eol = c.in.find("\r\n", search_from);
+    const size_t line_bytes = (eol == std::string::npos ? c.in.size() : eol) - line_start;
+    if (request_line && line_bytes > opt.max_request_line_bytes) {
+      return Refuse(no, 414,
+                    "request line longer than " + std::to_string(opt.max_request_line_bytes) +
+                        " bytes (the request target is too long)");
+    }
+    if (!request_line && line_bytes > opt.max_header_line_bytes) {
+      return Refuse(no, 431,
+                    "a header field line longer than " + std::to_string(opt.max_header_line_bytes) +
+                        " bytes");
+    }
+    if ((eol == std::string::npos ? c.in.size() : eol) - c.pos > opt.max_header_bytes) {
+      return Refuse(no, 431,
+                    "request head (request line and header fields) longer than " +
+                        std::to_string(opt.max_header_bytes) + " bytes");
+    }
+    if (eol == std::string::npos) {
+      // A CR at the end may be followed by its LF in the next read.
+      search_from = std::max(line_start, c.in.empty() ? 0 : c.in.size() - 1);
+      const bool started = c.in.size() > c.pos;
+      // Fill may move what is unread to the start of c.in.
+      const size_t line_offset = line_start - c.pos, search_offset = search_from - c.pos;
+      ReadError why = ReadError::kNone;
+      if (Fill(c, why)) {
+        line_start = c.pos + line_offset;
+        search_from = c.pos + search_offset;
+        continue;
+      }
+      // A connection closed between requests is the normal end of keep-alive.
+      if (!started || why != ReadError::kClosed) return why;
+      return Refuse(no, 400, "the connection ended inside the request head");
+    }
+    if (!request_line && eol == line_start) {
+      end = eol;
+      return ReadError::kNone;
+    }
+    if (!request_line && ++fields > opt.max_header_fields) {
+      return Refuse(no, 431,
+                    "more than " + std::to_string(opt.max_header_fields) + " header fields");
+    }
+    request_line = false;
+    line_start = search_from = eol + 2;
   }
-  if (end - c.pos > opt.max_header_bytes) return ReadError::kHeaderTooLarge;
-  std::string_view head(c.in.data() + c.pos, end - c.pos);
-  c.pos = end + 4;
+}
 
+ReadError Server::Impl::ParseHead(Conn& c, size_t end, Request& req, Refusal& no) {
+  const std::string_view head(c.in.data() + c.pos, end - c.pos);
   const size_t line_end = head.find("\r\n");
   const std::string_view line = head.substr(0, line_end);
+  if (std::any_of(line.begin(), line.end(), IsControl)) {
+    return Refuse(no, 400, "the request line holds a control character (CR, LF, NUL...)");
+  }
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || sp1 == 0) {
-    return ReadError::kBad;
+    return Refuse(no, 400,
+                  "the request line must be METHOD TARGET HTTP/1.1, got " + QuoteForMessage(line));
   }
   req.method = std::string(line.substr(0, sp1));
   req.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
   req.version = std::string(line.substr(sp2 + 1));
-  if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0") return ReadError::kBad;
-  if (req.target.empty() || req.target.front() != '/') {
-    if (req.target != "*") return ReadError::kBad;
+  if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0") {
+    return Refuse(no, 400,
+                  "HTTP version " + QuoteForMessage(req.version) +
+                      " is not supported; HTTP/1.1 or HTTP/1.0 is");
   }
-  for (char ch : req.method) {
-    if (!std::isupper(static_cast<unsigned char>(ch))) return ReadError::kBad;
+  if ((req.target.empty() || req.target.front() != '/') && req.target != "*") {
+    return Refuse(no, 400, "request target " + QuoteForMessage(req.target) + " must start with /");
   }
-  if (line_end != std::string_view::npos) {
-    std::string_view rest = head.substr(line_end + 2);
-    while (!rest.empty()) {
-      const size_t eol = rest.find("\r\n");
-      std::string_view h = rest.substr(0, eol);
-      rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
-      const size_t colon = h.find(':');
-      if (colon == std::string_view::npos || colon == 0) return ReadError::kBad;
-      std::string_view name = h.substr(0, colon);
-      if (name.find_first_of(" \t") != std::string_view::npos) return ReadError::kBad;
-      const std::string_view value = TrimBlanks(h.substr(colon + 1));
-      req.headers.emplace(std::string(name), std::string(value));
+  if (!std::all_of(req.method.begin(), req.method.end(),
+                   [](char ch) { return ch >= 'A' && ch <= 'Z'; })) {
+    return Refuse(
+        no, 400,
+        "method " + QuoteForMessage(req.method) + " must be capital letters (GET, POST...)");
+  }
+  for (std::string_view rest = line_end == std::string_view::npos ? std::string_view()
+                                                                  : head.substr(line_end + 2);
+       !rest.empty();) {
+    const size_t eol = rest.find("\r\n");
+    const std::string_view h = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
+    if (!h.empty() && (h.front() == ' ' || h.front() == '\t')) {
+      return Refuse(no, 400,
+                    "a header field line starts with a space (line folding is not accepted)");
     }
+    const size_t colon = h.find(':');
+    const std::string_view name = h.substr(0, colon);
+    if (colon == std::string_view::npos || !IsToken(name)) {
+      return Refuse(no, 400,
+                    "header field " + QuoteForMessage(h) +
+                        " must be NAME: VALUE, with no space before the colon");
+    }
+    const std::string_view value = TrimBlanks(h.substr(colon + 1));
+    if (std::any_of(value.begin(), value.end(), IsControl)) {
+      return Refuse(no, 400,
+                    "header field " + QuoteForMessage(name) +
+                        ": its value holds a control character (CR, LF, NUL...)");
+    }
+    req.headers.emplace(std::string(name), std::string(value));
   }
+  return ReadError::kNone;
+}
+
+ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive, Refusal& no) {
+  size_t end = 0;
+  if (const ReadError err = ReadHead(c, end, no); err != ReadError::kNone) return err;
+  if (const ReadError err = ParseHead(c, end, req, no); err != ReadError::kNone) return err;
+  c.pos = end + 2;
+
   const std::string_view target = req.target;
   const size_t q = target.find('?');
   req.path = Decode(target.substr(0, q), false);
@@ -830,24 +1053,22 @@ ReadError Server::Impl::ReadRequest(Conn& c, Request& req, bool& keep_alive) {
                                          : ListsToken(connection, "keep-alive");
 
   // The body.
-  const bool chunked = ListsToken(req.get_header_value("Transfer-Encoding"), "chunked");
-  size_t length = 0;
-  if (!chunked && req.has_header("Content-Length")) {
-    const std::string text = req.get_header_value("Content-Length");
-    if (text.empty() || text.size() > 19 ||
-        !std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      return ReadError::kBad;
-    }
-    length = std::stoull(text);
-    if (length > opt.max_body_bytes) return ReadError::kTooLarge;
-  }
-  if ((chunked || length > 0) && EqualsIgnoreCase(req.get_header_value("Expect"), "100-continue") &&
-      !HasBuffered(c)) {
+  const std::optional<Framing> framing = BodyFraming(req, opt.max_body_bytes, no);
+  if (!framing) return ReadError::kRefused;
+  if ((framing->chunked || framing->length > 0) &&
+      EqualsIgnoreCase(req.get_header_value("Expect"), "100-continue") && !HasBuffered(c)) {
     if (!WriteAll(c, "HTTP/1.1 100 Continue\r\n\r\n")) return ReadError::kClosed;
   }
-  if (chunked) return ReadChunkedBody(c, req.body);
+  if (framing->chunked) return ReadChunkedBody(c, req.body, no);
+  const size_t length = static_cast<size_t>(framing->length);
   while (c.in.size() - c.pos < length) {
-    if (!Fill(c, why)) return why == ReadError::kClosed ? ReadError::kBad : why;
+    ReadError why = ReadError::kNone;
+    if (!Fill(c, why)) {
+      if (why != ReadError::kClosed) return why;
+      return Refuse(no, 400,
+                    "the connection ended after " + std::to_string(c.in.size() - c.pos) +
+                        " of the body's " + std::to_string(length) + " bytes");
+    }
   }
   req.body.assign(c.in, c.pos, length);
   c.pos += length;
@@ -1042,19 +1263,23 @@ bool Server::Impl::WriteResponse(Conn& c, const Request& req, Response& res, boo
   return ok && done && keep_alive;
 }
 
-void Server::Impl::WriteError(Conn& c, int status) {
+void Server::Impl::AnswerRefusal(Conn* c, const Refusal& no) {
   Request req;
   req.method = "GET";
   req.version = "HTTP/1.1";
   Response res;
-  res.status = status;
+  res.status = no.status;
+  res.set_content(no.why + "\n", "text/plain");
   if (error_handler) {
     try {
       error_handler(req, res);
     } catch (...) {
     }
   }
-  WriteResponse(c, req, res, false);
+  WriteResponse(*c, req, res, false);
+  // The client may still be sending (a body refused unread, or the rest of a head).
+  Linger(*c);
+  Close(c);
 }
 
 void Server::Impl::Linger(Conn& c) {

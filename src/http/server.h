@@ -45,11 +45,45 @@ typedef struct ssl_ctx_st SSL_CTX;
 
 namespace trainyard::http {
 
+// Limits on a request's head, far above what any real client sends (browsers, curl,
+// Python's http.client and our own clients send a request line of a few hundred bytes
+// and a dozen header fields). A request beyond one is refused (below) and its
+// connection closed. The defaults of ServerOptions.
+//
+// The request line (method, target, version), excluding its CRLF: beyond it, 414 URI
+// Too Long (the target is what makes a request line long).
+inline constexpr size_t kMaxRequestLineBytes = 8 << 10;
+// One header field line (name, colon, value), excluding its CRLF: beyond it, 431.
+inline constexpr size_t kMaxHeaderLineBytes = 8 << 10;
+// The whole head (request line and header fields, excluding the empty line that ends
+// it): beyond it, 431.
+inline constexpr size_t kMaxHeaderBytes = 64 << 10;
+// Header field lines: beyond it, 431.
+inline constexpr size_t kMaxHeaderFields = 100;
+
+// What the server refuses before any handler runs, with the status RFC 9110 and 9112
+// give and a one-line text/plain body saying why (the error handler sees both and may
+// replace the body); the connection is closed after the answer, since the rest of its
+// bytes cannot be trusted to start a request:
+//   - a head beyond the limits above: 414 for the request line, 431 for header fields;
+//   - a malformed request line or header field (a name that is not a token, a space
+//     before the colon, CR, LF or NUL inside a line, a folded line): 400;
+//   - framing (RFC 9112 section 6): Transfer-Encoding in an HTTP/1.0 request; the field
+//     given twice; with Content-Length as well (request smuggling); chunked not the
+//     last coding, or given twice (the body's length cannot be known): 400. Codings
+//     before a final chunked (gzip, or one HTTP does not define): 501, none being
+//     implemented. Content-Length given twice (even with equal values), as a list, or
+//     not a decimal number of at most 64 bits (a sign, a space inside, hex): 400; a
+//     number above max_body_bytes: 413;
+//   - a malformed chunked body, or one that ends with the connection: 400.
 struct ServerOptions {
   // Request bodies larger than this are refused with 413 (before being read).
   size_t max_body_bytes = 8 << 20;
-  // The request line and headers together.
-  size_t max_header_bytes = 64 << 10;
+  // Limits on the head (above).
+  size_t max_request_line_bytes = kMaxRequestLineBytes;
+  size_t max_header_line_bytes = kMaxHeaderLineBytes;
+  size_t max_header_bytes = kMaxHeaderBytes;
+  size_t max_header_fields = kMaxHeaderFields;
   // A request being read, or an answer being written, that makes no progress for this
   // long is given up and its connection closed.
   std::chrono::milliseconds read_timeout{60'000};
@@ -118,8 +152,10 @@ class Server {
   // before answering gets the exception handler's answer.
   Server& PostLater(const std::string& pattern, LaterHandler handler);
 
-  // Called for an answer with status >= 400 (a handler's, or the server's own 400,
-  // 404, 413, 431): it may fill in the body.
+  // Called for an answer with status >= 400 (a handler's, or the server's own 400, 404,
+  // 413, 414, 431, 501): it may fill in the body. The server's own refusals other than
+  // 404 come with a one-line text/plain body saying why, which it may keep, reword or
+  // wrap.
   void SetErrorHandler(Handler handler);
   // Called when a handler throws; without one the answer is a bare 500.
   void SetExceptionHandler(ExceptionHandler handler);

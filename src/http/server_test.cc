@@ -815,6 +815,288 @@ TEST_F(ServerTest, RefusesAHeaderSectionOverTheLimitWith431) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+// Hardening: what the server refuses before any handler runs (server.h), each refusal
+// answered with a status and a body saying why, then the connection closed.
+
+// A server whose routes count their calls; Refused sends `request` on a new connection
+// and returns the answer, checking that the connection is closed after it.
+class RefusalTest : public ServerTest {
+ protected:
+  void StartCounting() {
+    for (const char* method : {"GET", "POST", "PUT"}) {
+      server_->Route(method, "/x", [&](const httplib::Request& req, httplib::Response& res) {
+        ++calls_;
+        res.set_content("body=" + req.body, "text/plain");
+      });
+    }
+    ASSERT_NO_FATAL_FAILURE(Start());
+  }
+  RawResponse Refused(const std::string& request) {
+    RawConnection conn(port_);
+    EXPECT_TRUE(conn.Send(request));
+    RawResponse r = conn.Read();
+    std::string rest;
+    EXPECT_TRUE(conn.WaitForClose(5s, &rest)) << "the connection stayed open after " << r.raw;
+    EXPECT_EQ(rest, "") << "more after the refusal";
+    EXPECT_EQ(r.Header("Connection"), "close") << r.raw;
+    EXPECT_THAT(r.Header("Content-Type"), StartsWith("text/plain")) << r.raw;
+    return r;
+  }
+  // Sends `request` and returns the answer's body, expecting it served.
+  std::string Served(const std::string& request) {
+    RawConnection conn(port_);
+    EXPECT_TRUE(conn.Send(request));
+    RawResponse r = conn.Read();
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body;
+  }
+
+  std::atomic<int> calls_{0};
+};
+
+TEST_F(RefusalTest, RefusesTransferEncodingsOtherThanChunked) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  struct Case {
+    std::string headers;
+    int status;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      // The body's length cannot be known: 400 (RFC 9112 section 6.3).
+      {"Transfer-Encoding: gzip\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: identity\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: deflate\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: chunked, gzip\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: chunked, identity\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: chunked, chunked\r\n", 400, "given once"},
+      {"Transfer-Encoding: x-unknown\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: chunked;ext=1\r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: \r\n", 400, "must end with chunked"},
+      {"Transfer-Encoding: ,\r\n", 400, "must end with chunked"},
+      // Two fields, even ones that would combine into a valid list.
+      {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 400, "given 2 times"},
+      {"Transfer-Encoding: gzip\r\ntransfer-encoding: chunked\r\n", 400, "given 2 times"},
+      // chunked last, with codings before it that the server does not implement: 501.
+      {"Transfer-Encoding: gzip, chunked\r\n", 501, "\"gzip\" is not implemented"},
+      {"Transfer-Encoding: x-unknown, chunked\r\n", 501, "\"x-unknown\" is not implemented"},
+      {"Transfer-Encoding: identity, chunked\r\n", 501, "\"identity\" is not implemented"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.headers);
+    RawResponse r =
+        Refused("POST /x HTTP/1.1\r\nHost: x\r\n" + c.headers + "\r\n5\r\nhello\r\n0\r\n\r\n");
+    EXPECT_EQ(r.status, c.status) << r.raw;
+    EXPECT_THAT(r.body, HasSubstr("Transfer-Encoding")) << r.raw;
+    EXPECT_THAT(r.body, HasSubstr(c.why)) << r.raw;
+  }
+  // Transfer-Encoding has no meaning in HTTP/1.0 (RFC 9112 section 6.1).
+  RawResponse old =
+      Refused("POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_EQ(old.status, 400) << old.raw;
+  EXPECT_THAT(old.body, HasSubstr("HTTP/1.0")) << old.raw;
+  EXPECT_EQ(calls_.load(), 0);
+  // chunked, in any case and with spaces around it, is served as before.
+  EXPECT_EQ(Served("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  ChUnKeD \r\n\r\n"
+                   "5\r\nhello\r\n0\r\n\r\n"),
+            "body=hello");
+}
+
+TEST_F(RefusalTest, RefusesTransferEncodingWithContentLengthAndHandlesNothingSmuggled) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  // Read by Content-Length, the body would end after "0\r\n\r\n" and a second request
+  // (to /x) would follow; read as chunked, the second request is body. Either reading
+  // is an attack on some server in front: the request is refused and nothing after it
+  // is handled.
+  const std::string smuggled = "GET /x HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const std::string& headers :
+       {std::string("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+        std::string("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"),
+        std::string("Transfer-Encoding: chunked\r\nContent-Length: 0\r\n")}) {
+    SCOPED_TRACE(headers);
+    RawResponse r =
+        Refused("POST /x HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n0\r\n\r\n" + smuggled);
+    EXPECT_EQ(r.status, 400) << r.raw;
+    EXPECT_THAT(r.body, HasSubstr("Transfer-Encoding and Content-Length are both given"));
+  }
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(RefusalTest, RefusesDuplicateOrMalformedContentLength) {
+  server_->SetMaxBodyBytes(1 << 20);
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  struct Case {
+    std::string headers;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {"Content-Length: 5\r\nContent-Length: 5\r\n", "given 2 times"},
+      {"Content-Length: 5\r\nContent-Length: 6\r\n", "given 2 times"},
+      {"Content-Length: 5\r\ncontent-length: 5\r\nContent-Length: 5\r\n", "given 3 times"},
+      {"Content-Length: 5, 5\r\n", "not a number of bytes"},
+      {"Content-Length: 5,5\r\n", "not a number of bytes"},
+      {"Content-Length: +5\r\n", "not a number of bytes"},
+      {"Content-Length: -5\r\n", "not a number of bytes"},
+      {"Content-Length: 5 5\r\n", "not a number of bytes"},
+      {"Content-Length: 0x5\r\n", "not a number of bytes"},
+      {"Content-Length: 5a\r\n", "not a number of bytes"},
+      {"Content-Length: 5.0\r\n", "not a number of bytes"},
+      {"Content-Length: \r\n", "not a number of bytes"},
+      {"Content-Length: 18446744073709551616\r\n", "does not fit in 64 bits"},
+      {"Content-Length: 99999999999999999999999999\r\n", "does not fit in 64 bits"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.headers);
+    RawResponse r = Refused("POST /x HTTP/1.1\r\nHost: x\r\n" + c.headers + "\r\nhello");
+    EXPECT_EQ(r.status, 400) << r.raw;
+    EXPECT_THAT(r.body, HasSubstr("Content-Length")) << r.raw;
+    EXPECT_THAT(r.body, HasSubstr(c.why)) << r.raw;
+  }
+  // The largest 64-bit number is a length, only too large.
+  RawResponse huge =
+      Refused("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 18446744073709551615\r\n\r\n");
+  EXPECT_EQ(huge.status, 413) << huge.raw;
+  EXPECT_THAT(huge.body, HasSubstr("the limit is 1048576 bytes"));
+  EXPECT_EQ(calls_.load(), 0);
+  // Leading zeros and spaces around the value are a valid length.
+  EXPECT_EQ(Served("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length:  0005 \r\n\r\nhello"),
+            "body=hello");
+}
+
+TEST_F(RefusalTest, RefusesARequestLineOverTheLimitWith414) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  // "GET " + target + " HTTP/1.1" at exactly the limit is served.
+  const size_t fixed = std::string_view("GET  HTTP/1.1").size();
+  const std::string at_limit = "/x?q=" + std::string(kMaxRequestLineBytes - fixed - 5, 'a');
+  EXPECT_EQ(Served("GET " + at_limit + " HTTP/1.1\r\nHost: x\r\n\r\n"), "body=");
+  EXPECT_EQ(calls_.load(), 1);
+  RawResponse over = Refused("GET " + at_limit + "a HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(over.status, 414) << over.raw;
+  EXPECT_THAT(over.status_line, HasSubstr("URI Too Long"));
+  EXPECT_THAT(over.body, HasSubstr("request line longer than 8192 bytes"));
+  // A request line that never ends is refused once past the limit, not waited for.
+  RawResponse endless = Refused("GET /x?q=" + std::string(3 * kMaxRequestLineBytes, 'a'));
+  EXPECT_EQ(endless.status, 414) << endless.raw;
+  EXPECT_EQ(calls_.load(), 1);
+}
+
+TEST_F(RefusalTest, RefusesAHeaderLineOverTheLimitWith431) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  const std::string name = "X-Big: ";
+  const std::string at_limit = name + std::string(kMaxHeaderLineBytes - name.size(), 'a');
+  EXPECT_EQ(Served("GET /x HTTP/1.1\r\nHost: x\r\n" + at_limit + "\r\n\r\n"), "body=");
+  RawResponse over = Refused("GET /x HTTP/1.1\r\nHost: x\r\n" + at_limit + "a\r\n\r\n");
+  EXPECT_EQ(over.status, 431) << over.raw;
+  EXPECT_THAT(over.body, HasSubstr("header field line longer than 8192 bytes"));
+  RawResponse endless =
+      Refused("GET /x HTTP/1.1\r\nHost: x\r\n" + name + std::string(kMaxHeaderLineBytes, 'a'));
+  EXPECT_EQ(endless.status, 431) << endless.raw;
+  EXPECT_EQ(calls_.load(), 1);
+}
+
+TEST_F(RefusalTest, RefusesAHeadOverTheLimitWith431) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  // Lines within their limit that add up to more than the head's.
+  std::string fields;
+  for (int i = 0; fields.size() <= kMaxHeaderBytes; ++i) {
+    fields += "X-" + std::to_string(i) + ": " + std::string(8000, 'a') + "\r\n";
+  }
+  RawResponse r = Refused("GET /x HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n");
+  EXPECT_EQ(r.status, 431) << r.raw;
+  EXPECT_THAT(r.body, HasSubstr("longer than 65536 bytes"));
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(RefusalTest, RefusesMoreHeaderFieldsThanTheLimitWith431) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  std::string fields;
+  for (size_t i = 1; i < kMaxHeaderFields; ++i) fields += "X-" + std::to_string(i) + ": v\r\n";
+  // Host and 99 more: at the limit.
+  EXPECT_EQ(Served("GET /x HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n"), "body=");
+  RawResponse r = Refused("GET /x HTTP/1.1\r\nHost: x\r\n" + fields + "X-Last: v\r\n\r\n");
+  EXPECT_EQ(r.status, 431) << r.raw;
+  EXPECT_THAT(r.body, HasSubstr("more than 100 header fields"));
+  EXPECT_EQ(calls_.load(), 1);
+}
+
+TEST_F(RefusalTest, RefusesControlCharactersAndFoldedLinesWith400) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  struct Case {
+    std::string request;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {std::string("GET /x HTTP/1.1\r\nX-A: a\rb\r\n\r\n"), "control character"},
+      {std::string("GET /x HTTP/1.1\r\nX-A: a\nTransfer-Encoding: chunked\r\n\r\n"),
+       "control character"},
+      {[] {
+         const char with_nul[] = "GET /x HTTP/1.1\r\nX-A: a\0b\r\n\r\n";
+         return std::string(with_nul, sizeof with_nul - 1);
+       }(),
+       "control character"},
+      {std::string("GET /x\x01 HTTP/1.1\r\nHost: x\r\n\r\n"), "control character"},
+      {std::string("GET /x HTTP/1.1\nHost: x\r\n\r\n"), "control character"},
+      {std::string("GET /x HTTP/1.1\r\nX-A: a\r\n  folded\r\n\r\n"), "line folding"},
+      {std::string("GET /x HTTP/1.1\r\nX-A : a\r\n\r\n"), "no space before the colon"},
+      {std::string("GET /x HTTP/1.1\r\nX(A): a\r\n\r\n"), "must be NAME: VALUE"},
+      {std::string("GET /x HTTP/1.1\r\n: a\r\n\r\n"), "must be NAME: VALUE"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.request);
+    RawResponse r = Refused(c.request);
+    EXPECT_EQ(r.status, 400) << r.raw;
+    EXPECT_THAT(r.body, HasSubstr(c.why)) << r.raw;
+  }
+  EXPECT_EQ(calls_.load(), 0);
+}
+
+TEST_F(RefusalTest, GivesTheErrorHandlerTheReasonToKeepOrReplace) {
+  std::vector<std::string> seen;
+  std::mutex mu;
+  server_->SetErrorHandler([&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    seen.push_back(std::to_string(res.status) + " " + res.get_header_value("Content-Type") + " " +
+                   res.body);
+    if (res.status == 501) res.set_content("{\"error\": \"not implemented\"}", "application/json");
+  });
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  RawResponse kept = Refused("POST /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n");
+  EXPECT_EQ(kept.status, 400);
+  EXPECT_EQ(kept.body, "Content-Length is given 2 times; give it once\n");
+  RawConnection conn(port_);
+  ASSERT_TRUE(conn.Send("POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"));
+  RawResponse replaced = conn.Read();
+  EXPECT_EQ(replaced.status, 501) << replaced.raw;
+  EXPECT_EQ(replaced.Header("Content-Type"), "application/json");
+  EXPECT_EQ(replaced.body, "{\"error\": \"not implemented\"}");
+  EXPECT_TRUE(conn.WaitForClose());
+  std::lock_guard lock(mu);
+  EXPECT_THAT(seen, ::testing::ElementsAre(
+                        "400 text/plain Content-Length is given 2 times; give it once\n",
+                        "501 text/plain Transfer-Encoding \"gzip, chunked\": coding \"gzip\" is "
+                        "not implemented; only chunked is\n"));
+}
+
+TEST_F(RefusalTest, KeepsServingAConnectionUntilItsRefusedRequest) {
+  ASSERT_NO_FATAL_FAILURE(StartCounting());
+  RawConnection conn(port_);
+  // Two good requests, a refused one, and one after it that is never read.
+  ASSERT_TRUE(
+      conn.Send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab"
+                "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                "2\r\ncd\r\n0\r\n\r\n"
+                "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n"
+                "\r\ne"
+                "GET /x HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(conn.Read().body, "body=ab");
+  EXPECT_EQ(conn.Read().body, "body=cd");
+  RawResponse refused = conn.Read();
+  EXPECT_EQ(refused.status, 400) << refused.raw;
+  std::string rest;
+  EXPECT_TRUE(conn.WaitForClose(5s, &rest));
+  EXPECT_EQ(rest, "");
+  EXPECT_EQ(calls_.load(), 2);
+}
+
 // HEAD and content providers.
 
 constexpr size_t kProvidedSize = 300'000;

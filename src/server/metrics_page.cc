@@ -142,7 +142,12 @@ std::string RenderMetricsPage(const MetricsPage& page) {
       {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
        &GpuTelemetry::ecc_uncorrectable},
   };
-  auto gpu_labels = [](const NodeView& v, const GpuTelemetry& t) {
+  // The GPU a sample is about: its index, UUID, device file and model, and its node.
+  // The DCGM_FI_* series name them as dcgm-exporter does, so that its dashboards work
+  // unchanged; our own (trainyard_gpu_*) in snake_case, the node and the GPU type
+  // under the names the other trainyard_* series give them.
+  enum class Naming { kDcgm, kOwn };
+  auto gpu_labels = [](const NodeView& v, const GpuTelemetry& t, Naming naming = Naming::kDcgm) {
     std::string uuid, model;
     for (const Gpu& g : v.node.gpus) {
       if (g.index == t.index) {
@@ -150,11 +155,12 @@ std::string RenderMetricsPage(const MetricsPage& page) {
         model = g.model;
       }
     }
+    const bool dcgm = naming == Naming::kDcgm;
     return MetricLabels{{"gpu", std::to_string(t.index)},
-                        {"UUID", uuid},
+                        {dcgm ? "UUID" : "uuid", uuid},
                         {"device", "nvidia" + std::to_string(t.index)},
-                        {"modelName", model},
-                        {"Hostname", v.node.name}};
+                        {dcgm ? "modelName" : "gpu_type", model},
+                        {dcgm ? "Hostname" : "node", v.node.name}};
   };
   for (const Dcgm& d : dcgm) {
     e.Family(d.name, d.help, MetricType::kGauge);
@@ -180,7 +186,7 @@ std::string RenderMetricsPage(const MetricsPage& page) {
            "XID errors counted by the node's agent since it started.", MetricType::kCounter);
   for (const NodeView& v : page.nodes) {
     for (const GpuTelemetry& t : v.telemetry) {
-      if (t.xid_count) e.Sample(gpu_labels(v, t), *t.xid_count);
+      if (t.xid_count) e.Sample(gpu_labels(v, t, Naming::kOwn), *t.xid_count);
     }
   }
 

@@ -6,12 +6,16 @@
 // series per metric name, introduced by "# HELP name text" and "# TYPE name type", then
 // its samples, one per line: `name{label="value",...} value [timestamp_ms]`.
 //
-// Naming conventions we follow (the writer does not enforce them, because the GPU
-// telemetry keeps dcgm-exporter's names, e.g. DCGM_FI_DEV_XID_ERRORS, a gauge):
-//   - our own names start with "trainyard_" and carry the unit as a suffix
-//     (_seconds, _bytes, _ratio);
-//   - counters end in "_total" (trainyard_preemptions_total);
+// Naming conventions we follow, those `promtool check metrics` lints (the writer does
+// not enforce them, because the GPU telemetry keeps dcgm-exporter's names and labels,
+// e.g. DCGM_FI_DEV_XID_ERRORS, a gauge, with the label modelName):
+//   - our own names start with "trainyard_" and carry the unit as a suffix, in base
+//     units (_seconds, _bytes, _ratio);
+//   - names and label names are snake_case (trainyard_gpu_xid_errors_total{gpu_type});
+//   - counters end in "_total" (trainyard_preemptions_total), nothing else does;
+//   - every family has HELP text;
 //   - a histogram `name` is rendered as name_bucket{le="..."}, name_sum, name_count.
+// server_prometheus_test runs promtool on a page with every family of the server's.
 //
 // Thread-safety: Exposition is a plain value built by one thread; ParseExposition and
 // the free functions are pure.

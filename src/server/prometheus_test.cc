@@ -3,10 +3,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
+
+#include "server/metrics_page.h"
 
 namespace trainyard::server {
 namespace {
@@ -506,6 +515,187 @@ TEST(PrometheusTest, NameValidation) {
   EXPECT_FALSE(IsValidLabelName("a:b"));
   EXPECT_FALSE(IsValidLabelName("9"));
   EXPECT_FALSE(IsValidLabelName(""));
+}
+
+// ---------------------------------------------------------------------------------------
+// The server's whole page (metrics_page.h) against Prometheus's own linter.
+
+Gpu MakeGpu(int index) {
+  Gpu g;
+  g.index = index;
+  g.uuid = "GPU-" + std::to_string(index);
+  g.model = "H100";
+  g.memory_bytes = int64_t{80} << 30;
+  return g;
+}
+
+// A page on which every family the server renders has series: nodes in every state,
+// GPUs with every telemetry field, queues, jobs with progress, passes, HTTP requests,
+// alerts and the alerting counters.
+MetricsPage FullPage() {
+  MetricsPage page;
+  page.now = Timestamp(std::chrono::hours(480'000));
+  NodeView ready;
+  ready.node.name = "node-0";
+  ready.node.gpus = {MakeGpu(0), MakeGpu(1)};
+  ready.last_heartbeat = page.now - std::chrono::seconds(3);
+  ready.gpus_used = 1;
+  for (int i = 0; i < 2; ++i) {
+    ready.telemetry.push_back({.index = i,
+                               .util_pct = 97,
+                               .mem_used_mib = 70'000,
+                               .temp_c = 71,
+                               .power_w = 612.5,
+                               .sm_clock_mhz = 1980,
+                               .throttled = false,
+                               .ecc_uncorrectable = 0,
+                               .xid_last = i == 0 ? 79 : 0,
+                               .xid_count = i == 0 ? 2 : 0});
+  }
+  NodeView down;
+  down.node.name = "node-1";
+  down.node.state = NodeState::kDown;
+  down.node.gpus = {MakeGpu(0)};
+  page.nodes = {ready, down};
+  QueueView queue;
+  queue.queue.name = "train";
+  queue.queue.tenant = "vision";
+  queue.queue.guaranteed_gpus = 8;
+  queue.queue.limit_gpus = 16;
+  queue.gpus_in_use = 10;
+  queue.gpus_borrowed = 2;
+  queue.pending_jobs = 3;
+  page.queues = {queue};
+  page.cluster.jobs[{"vision", "train", "Running"}] = 1;
+  page.cluster.submitted[{"vision", "train"}] = 4;
+  page.cluster.preemptions[{"vision", "train"}] = 1;
+  page.cluster.lost_work_gpu_seconds[{"vision", "train"}] = 360;
+  page.cluster.finished[{"vision", "train", "Succeeded"}] = 2;
+  page.cluster.pass_bounds = {0.01, 0.1, 1};
+  page.cluster.pass_counts = {5, 2, 1, 0};
+  page.cluster.pass_seconds_sum = 0.4;
+  page.jobs.push_back({.id = 7,
+                       .name = "llama",
+                       .tenant = "vision",
+                       .queue = "train",
+                       .attempts = 2,
+                       .step = 1200,
+                       .latest = {{"loss", 2.1},
+                                  {"grad_norm", 0.8},
+                                  {"lr", 3e-4},
+                                  {"step_time_s", 1.5},
+                                  {"tokens_per_s", 52'000}},
+                       .mfu = 0.41,
+                       .checkpoint_age_seconds = 600});
+  monitor::Alert alert;
+  alert.rule = "GPUXidError";
+  alert.labels = {
+      {"alertname", "GPUXidError"}, {"severity", "critical"}, {"node", "node-0"}, {"gpu", "0"}};
+  alert.state = monitor::AlertState::kFiring;
+  page.alerts = {alert};
+  AlertingStats stats;
+  stats.evaluations = 10;
+  stats.last_evaluation_seconds = 0.002;
+  stats.webhook_sent = 1;
+  stats.actions_done = 1;
+  stats.signal_series = 12;
+  stats.signal_samples = 700;
+  page.alerting = stats;
+  HttpMetrics http;
+  http.Observe("GET", "/api/v1/jobs", 0.003);
+  http.Observe("POST", "", 0.2);
+  page.http = http.Snapshot();
+  return page;
+}
+
+TEST(MetricsPageTest, AFullPageHasSeriesInEveryFamily) {
+  const std::vector<ParsedFamily> families = MustParse(RenderMetricsPage(FullPage()));
+  ASSERT_GE(families.size(), 30u);
+  for (const ParsedFamily& f : families) {
+    EXPECT_FALSE(f.samples.empty()) << f.name << " has no series on the full page";
+    EXPECT_FALSE(f.help.empty()) << f.name;
+  }
+}
+
+TEST(MetricsPageTest, OwnGpuSeriesHaveSnakeCaseLabelsAndDcgmSeriesKeepTheirs) {
+  const std::vector<ParsedFamily> families = MustParse(RenderMetricsPage(FullPage()));
+  const ParsedFamily* xids = FindFamily(families, "trainyard_gpu_xid_errors_total");
+  ASSERT_NE(xids, nullptr);
+  ASSERT_EQ(xids->samples.size(), 2u);
+  EXPECT_THAT(xids->samples[0].labels,
+              ElementsAre(Pair("gpu", "0"), Pair("uuid", "GPU-0"), Pair("device", "nvidia0"),
+                          Pair("gpu_type", "H100"), Pair("node", "node-0")));
+  EXPECT_EQ(xids->samples[0].value, 2);
+  const ParsedFamily* last = FindFamily(families, "DCGM_FI_DEV_XID_ERRORS");
+  ASSERT_NE(last, nullptr);
+  ASSERT_EQ(last->samples.size(), 2u);
+  EXPECT_THAT(last->samples[0].labels,
+              ElementsAre(Pair("gpu", "0"), Pair("UUID", "GPU-0"), Pair("device", "nvidia0"),
+                          Pair("modelName", "H100"), Pair("Hostname", "node-0")));
+  EXPECT_EQ(last->samples[0].value, 79);
+}
+
+// `promtool check metrics` on `text`: its findings, one a line ("NAME problem"); fails
+// the test when promtool cannot be run.
+std::vector<std::string> PromtoolFindings(const std::string& text) {
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "/prometheus_test_" + std::to_string(getpid()) + ".prom";
+  const std::string out = in + ".out";
+  std::ofstream(in, std::ios::binary) << text;
+  const std::string command = "promtool check metrics <" + in + " >" + out + " 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream read(out);
+  std::vector<std::string> findings;
+  for (std::string line; std::getline(read, line);) {
+    if (!line.empty()) findings.push_back(line);
+  }
+  std::remove(in.c_str());
+  std::remove(out.c_str());
+  // 0: no finding; 3: lint findings (printed). Anything else is promtool failing.
+  EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3))
+      << command << " exited with status " << status << ":\n"
+      << ::testing::PrintToString(findings);
+  return findings;
+}
+
+// Why promtool cannot be used here (empty when it can). In CI (CI set) it must be there:
+// scripts/setup installs it.
+std::string PromtoolMissing() {
+  if (std::system("command -v promtool >/dev/null 2>&1") == 0) return "";
+  return "promtool not found; install Debian's prometheus package (scripts/setup does)";
+}
+
+bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && *ci != '\0';
+}
+
+TEST(MetricsPageTest, PromtoolFindsNothingInOurOwnSeries) {
+  if (const std::string why = PromtoolMissing(); !why.empty()) {
+    ASSERT_FALSE(InCi()) << why;
+    GTEST_SKIP() << why;
+  }
+  std::vector<std::string> ours;
+  for (const std::string& finding : PromtoolFindings(RenderMetricsPage(FullPage()))) {
+    // DCGM's names and labels are dcgm-exporter's (modelName...), kept for its dashboards.
+    if (!finding.starts_with("DCGM_FI_")) ours.push_back(finding);
+  }
+  EXPECT_THAT(ours, ::testing::IsEmpty());
+}
+
+TEST(MetricsPageTest, PromtoolFindingsAreReadBack) {
+  if (const std::string why = PromtoolMissing(); !why.empty()) {
+    ASSERT_FALSE(InCi()) << why;
+    GTEST_SKIP() << why;
+  }
+  // What the test above would catch: a camel-case label, a counter without _total.
+  Exposition e;
+  e.Family("trainyard_bad_errors", "Errors.", MetricType::kCounter);
+  e.Sample({{"modelName", "H100"}}, 1);
+  const std::vector<std::string> findings = PromtoolFindings(e.Text());
+  EXPECT_THAT(findings, ::testing::Contains(HasSubstr("snake_case")));
+  EXPECT_THAT(findings, ::testing::Contains(HasSubstr("_total")));
+  EXPECT_THAT(findings, ::testing::Each(StartsWith("trainyard_bad_errors ")));
 }
 
 }  // namespace

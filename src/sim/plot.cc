@@ -1,10 +1,13 @@
 #include "sim/plot.h"
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -13,246 +16,7 @@ namespace trainyard::sim {
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Checksums
-
-constexpr std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t n = 0; n < 256; ++n) {
-    uint32_t c = n;
-    for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[n] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
-
-}  // namespace
-
-uint32_t Crc32(std::span<const uint8_t> data, uint32_t crc) {
-  uint32_t c = crc ^ 0xFFFFFFFFu;
-  for (uint8_t byte : data) c = kCrcTable[(c ^ byte) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
-uint32_t Adler32(std::span<const uint8_t> data, uint32_t adler) {
-  constexpr uint32_t kMod = 65521;
-  // 5552 is the most bytes after which the sums still fit in 32 bits before the modulo.
-  constexpr size_t kRun = 5552;
-  uint32_t a = adler & 0xFFFF;
-  uint32_t b = adler >> 16;
-  for (size_t start = 0; start < data.size(); start += kRun) {
-    const size_t end = std::min(data.size(), start + kRun);
-    for (size_t i = start; i < end; ++i) {
-      a += data[i];
-      b += a;
-    }
-    a %= kMod;
-    b %= kMod;
-  }
-  return (b << 16) | a;
-}
-
-namespace {
-
-// ---------------------------------------------------------------------------------------
-// Deflate (RFC 1951): greedy LZ77 over a 32 KiB window with hash chains, coded with the
-// fixed Huffman tables; a block whose coding would be larger than its bytes is stored.
-
-constexpr size_t kWindow = 32768;
-constexpr size_t kMinMatch = 3;
-constexpr size_t kMaxMatch = 258;
-constexpr int kMaxChain = 16;
-constexpr size_t kBlockBytes = 65535;  // the most a stored block holds
-constexpr int kHashBits = 15;
-
-constexpr std::array<uint16_t, 29> kLengthBase = {3,  4,  5,  6,   7,   8,   9,   10,  11, 13,
-                                                  15, 17, 19, 23,  27,  31,  35,  43,  51, 59,
-                                                  67, 83, 99, 115, 131, 163, 195, 227, 258};
-constexpr std::array<uint8_t, 29> kLengthExtra = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
-                                                  2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-constexpr std::array<uint16_t, 30> kDistanceBase = {
-    1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,   49,   65,    97,    129,
-    193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
-constexpr std::array<uint8_t, 30> kDistanceExtra = {0, 0, 0,  0,  1,  1,  2,  2,  3,  3,
-                                                    4, 4, 5,  5,  6,  6,  7,  7,  8,  8,
-                                                    9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
-
-// The index of the last entry of `bases` that is <= value.
-template <size_t N>
-int CodeIndex(const std::array<uint16_t, N>& bases, size_t value) {
-  return static_cast<int>(std::upper_bound(bases.begin(), bases.end(), value) - bases.begin()) - 1;
-}
-
-// Bits of the fixed Huffman code for a literal/length symbol (RFC 1951 3.2.6).
-int FixedCodeLength(int symbol) {
-  if (symbol < 144) return 8;
-  if (symbol < 256) return 9;
-  if (symbol < 280) return 7;
-  return 8;
-}
-
-class BitWriter {
- public:
-  explicit BitWriter(std::vector<uint8_t>& out) : out_(out) {}
-
-  // Appends the low `count` bits of `bits`, least significant first.
-  void Put(uint32_t bits, int count) {
-    acc_ |= static_cast<uint64_t>(bits) << filled_;
-    filled_ += count;
-    while (filled_ >= 8) {
-      out_.push_back(static_cast<uint8_t>(acc_));
-      acc_ >>= 8;
-      filled_ -= 8;
-    }
-  }
-  // Appends a Huffman code, which deflate packs most significant bit first.
-  void PutCode(uint32_t code, int length) {
-    uint32_t reversed = 0;
-    for (int i = 0; i < length; ++i) reversed |= ((code >> i) & 1u) << (length - 1 - i);
-    Put(reversed, length);
-  }
-  void PutSymbol(int symbol) {
-    if (symbol < 144) {
-      PutCode(0x30 + symbol, 8);
-    } else if (symbol < 256) {
-      PutCode(0x190 + symbol - 144, 9);
-    } else if (symbol < 280) {
-      PutCode(symbol - 256, 7);
-    } else {
-      PutCode(0xC0 + symbol - 280, 8);
-    }
-  }
-  void AlignToByte() {
-    if (filled_ > 0) Put(0, 8 - filled_);
-  }
-  // REQUIRES: aligned to a byte.
-  void PutBytes(std::span<const uint8_t> bytes) {
-    out_.insert(out_.end(), bytes.begin(), bytes.end());
-  }
-
- private:
-  std::vector<uint8_t>& out_;
-  uint64_t acc_ = 0;
-  int filled_ = 0;
-};
-
-// A literal byte (distance 0) or a back-reference.
-struct Token {
-  uint16_t length_or_literal;
-  uint16_t distance;
-};
-
-class Deflater {
- public:
-  explicit Deflater(std::span<const uint8_t> data)
-      : data_(data), head_(size_t{1} << kHashBits, -1), prev_(kWindow, -1) {}
-
-  void Encode(BitWriter& out) {
-    if (data_.empty()) {
-      out.Put(1, 1);  // final
-      out.Put(1, 2);  // fixed Huffman
-      out.PutSymbol(256);
-      return;
-    }
-    std::vector<Token> tokens;
-    for (size_t start = 0; start < data_.size(); start += kBlockBytes) {
-      const size_t end = std::min(data_.size(), start + kBlockBytes);
-      const bool last = end == data_.size();
-      tokens.clear();
-      const uint64_t fixed_bits = Tokenize(end, tokens);
-      const uint64_t stored_bits = 3 + 7 + 32 + 8 * static_cast<uint64_t>(end - start);
-      out.Put(last ? 1 : 0, 1);
-      if (fixed_bits <= stored_bits) {
-        out.Put(1, 2);
-        for (const Token& t : tokens) PutToken(out, t);
-        out.PutSymbol(256);
-      } else {
-        out.Put(0, 2);
-        out.AlignToByte();
-        const auto length = static_cast<uint32_t>(end - start);
-        out.Put(length, 16);
-        out.Put(~length & 0xFFFF, 16);
-        out.PutBytes(data_.subspan(start, end - start));
-      }
-    }
-  }
-
- private:
-  uint32_t Hash(size_t pos) const {
-    const uint32_t v = data_[pos] | (data_[pos + 1] << 8) | (data_[pos + 2] << 16);
-    return (v * 2654435761u) >> (32 - kHashBits);
-  }
-
-  void Insert(size_t pos) {
-    if (pos + kMinMatch > data_.size()) return;
-    const uint32_t h = Hash(pos);
-    prev_[pos & (kWindow - 1)] = head_[h];
-    head_[h] = static_cast<int64_t>(pos);
-  }
-
-  // Appends the tokens for data_[pos_, end) and returns the size of the block they make
-  // in bits, with the fixed codes, header and end-of-block code.
-  uint64_t Tokenize(size_t end, std::vector<Token>& tokens) {
-    uint64_t bits = 3 + 7;
-    while (pos_ < end) {
-      const size_t limit = std::min(kMaxMatch, end - pos_);
-      size_t best_length = 0;
-      size_t best_distance = 0;
-      if (limit >= kMinMatch && pos_ + kMinMatch <= data_.size()) {
-        int64_t candidate = head_[Hash(pos_)];
-        for (int chain = 0; candidate >= 0 && chain < kMaxChain; ++chain) {
-          const auto from = static_cast<size_t>(candidate);
-          if (pos_ - from > kWindow) break;
-          if (data_[from + best_length] == data_[pos_ + best_length]) {
-            size_t length = 0;
-            while (length < limit && data_[from + length] == data_[pos_ + length]) ++length;
-            if (length > best_length) {
-              best_length = length;
-              best_distance = pos_ - from;
-              if (length == limit) break;
-            }
-          }
-          const int64_t next = prev_[from & (kWindow - 1)];
-          if (next >= candidate) break;  // the slot was reused by a newer position
-          candidate = next;
-        }
-      }
-      if (best_length >= kMinMatch) {
-        const Token t{static_cast<uint16_t>(best_length), static_cast<uint16_t>(best_distance)};
-        tokens.push_back(t);
-        const int li = CodeIndex(kLengthBase, best_length);
-        const int di = CodeIndex(kDistanceBase, best_distance);
-        bits += FixedCodeLength(257 + li) + kLengthExtra[li] + 5 + kDistanceExtra[di];
-        for (size_t i = 0; i < best_length; ++i) Insert(pos_ + i);
-        pos_ += best_length;
-      } else {
-        tokens.push_back({data_[pos_], 0});
-        bits += FixedCodeLength(data_[pos_]);
-        Insert(pos_);
-        ++pos_;
-      }
-    }
-    return bits;
-  }
-
-  static void PutToken(BitWriter& out, const Token& t) {
-    if (t.distance == 0) {
-      out.PutSymbol(t.length_or_literal);
-      return;
-    }
-    const int li = CodeIndex(kLengthBase, t.length_or_literal);
-    out.PutSymbol(257 + li);
-    out.Put(t.length_or_literal - kLengthBase[li], kLengthExtra[li]);
-    const int di = CodeIndex(kDistanceBase, t.distance);
-    out.PutCode(di, 5);
-    out.Put(t.distance - kDistanceBase[di], kDistanceExtra[di]);
-  }
-
-  std::span<const uint8_t> data_;
-  std::vector<int64_t> head_;  // hash -> latest position with that hash, or -1
-  std::vector<int64_t> prev_;  // position % window -> previous position with its hash
-  size_t pos_ = 0;
-};
+// PNG (zlib does the compression and the checksums)
 
 void PutBigEndian32(std::vector<uint8_t>& out, uint32_t v) {
   out.push_back(static_cast<uint8_t>(v >> 24));
@@ -266,7 +30,8 @@ void PutChunk(std::vector<uint8_t>& png, const char (&type)[5], std::span<const 
   const size_t type_at = png.size();
   png.insert(png.end(), type, type + 4);
   png.insert(png.end(), body.begin(), body.end());
-  PutBigEndian32(png, Crc32(std::span<const uint8_t>(png).subspan(type_at)));
+  const std::span<const uint8_t> typed = std::span<const uint8_t>(png).subspan(type_at);
+  PutBigEndian32(png, static_cast<uint32_t>(crc32_z(0, typed.data(), typed.size())));
 }
 
 }  // namespace
@@ -285,13 +50,14 @@ std::vector<uint8_t> EncodePng(int width, int height, const std::vector<uint8_t>
     raw.insert(raw.end(), row, row + static_cast<std::ptrdiff_t>(row_bytes));
   }
 
-  std::vector<uint8_t> zlib = {0x78, 0x01};  // deflate, 32 KiB window; (0x7801 % 31) == 0
-  {
-    BitWriter bits(zlib);
-    Deflater(raw).Encode(bits);
-    bits.AlignToByte();
-  }
-  PutBigEndian32(zlib, Adler32(raw));
+  // compress2 takes a length of type uLong, 64 bits here: the largest raster (4096 x
+  // 4096, 48 MiB) fits.
+  uLongf zlib_size = compressBound(static_cast<uLong>(raw.size()));
+  std::vector<uint8_t> zlib(zlib_size);
+  const int rc = compress2(zlib.data(), &zlib_size, raw.data(), static_cast<uLong>(raw.size()),
+                           Z_DEFAULT_COMPRESSION);
+  TY_CHECK(rc == Z_OK);  // Z_MEM_ERROR is out of memory; Z_BUF_ERROR cannot be, given the bound
+  zlib.resize(zlib_size);
 
   std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
   std::vector<uint8_t> header;

@@ -1,6 +1,6 @@
-// Line charts written as PNG files, with nothing beyond the standard library: the
-// simulator's reports (utilisation and queue length over time per policy, the JCT CDF
-// per policy) are drawn with it.
+// Line charts written as PNG files, drawn here and compressed by zlib: the simulator's
+// reports (utilisation and queue length over time per policy, the JCT CDF per policy)
+// are drawn with it.
 //
 // A chart is a white canvas with a title, a y axis and an x axis with round tick values
 // (0, 0.25, 0.5; 1k, 2k; decades on a log axis) and light gridlines, axis labels, one
@@ -18,8 +18,9 @@
 // axis) breaks its line, as missing data; a point with no placeable neighbour is drawn
 // as a dot. Parts of lines above a y_max are clipped at the plot area.
 //
-// The PNG is 8-bit RGB, not interlaced, one IDAT chunk holding a zlib stream: LZ77 with
-// fixed-Huffman deflate blocks, and stored blocks where those come out smaller.
+// The PNG is 8-bit RGB, not interlaced, every row with filter type 0 (None), in one IDAT
+// chunk holding the zlib stream of zlib's compress2 at its default level; chunk CRCs
+// are zlib's crc32.
 //
 // Thread-safety: pure functions of their arguments; safe to call from several threads.
 #pragma once
@@ -28,7 +29,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -128,11 +128,5 @@ std::string FormatTick(double value, double step);
 // An 8-bit RGB PNG of the raster. REQUIRES: width, height > 0 and
 // rgb.size() == width * height * 3.
 std::vector<uint8_t> EncodePng(int width, int height, const std::vector<uint8_t>& rgb);
-
-// CRC-32 as in PNG and zlib (ISO-HDLC). Pass a previous result as `crc` to continue it.
-uint32_t Crc32(std::span<const uint8_t> data, uint32_t crc = 0);
-
-// Adler-32 as in zlib. Pass a previous result as `adler` to continue it.
-uint32_t Adler32(std::span<const uint8_t> data, uint32_t adler = 1);
 
 }  // namespace trainyard::sim

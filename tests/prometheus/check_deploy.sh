@@ -9,7 +9,9 @@
 #     variable of type prometheus that every panel and target uses, unique panel ids,
 #     panels within the 24-column grid, every target's expression valid PromQL (checked
 #     by promtool as recording rules, with the dashboard's variables filled in);
-#   - the rules and the dashboard name only the metrics the server exposes (METRICS below).
+#   - the rules and the dashboard name only the metrics the server exposes (METRICS below),
+#     and select trainyard_* series by snake_case labels only (dcgm-exporter's camel-case
+#     names, such as Hostname, are on the DCGM_FI_* series alone).
 #
 #   check_deploy.sh [SOURCE_DIR]
 # Exits 0 with a SKIP message when promtool is not installed (scripts/setup installs it).
@@ -132,11 +134,11 @@ tests:
   - name: GPUs and training
     interval: 1m
     input_series:
-      - series: 'trainyard_gpu_xid_errors_total{Hostname="node-0",UUID="GPU-0",device="nvidia0",gpu="0",instance="server:8470",job="trainyard",modelName="NVIDIA H100 80GB HBM3"}'
+      - series: 'trainyard_gpu_xid_errors_total{node="node-0",uuid="GPU-0",device="nvidia0",gpu="0",instance="server:8470",job="trainyard",gpu_type="H100"}'
         values: '0 0 0 1x40'
       - series: 'DCGM_FI_DEV_XID_ERRORS{Hostname="node-0",UUID="GPU-0",device="nvidia0",gpu="0",instance="server:8470",job="trainyard",modelName="NVIDIA H100 80GB HBM3"}'
         values: '0 0 0 79x40'
-      - series: 'trainyard_gpu_xid_errors_total{Hostname="node-0",UUID="GPU-1",device="nvidia1",gpu="1",instance="server:8470",job="trainyard",modelName="NVIDIA H100 80GB HBM3"}'
+      - series: 'trainyard_gpu_xid_errors_total{node="node-0",uuid="GPU-1",device="nvidia1",gpu="1",instance="server:8470",job="trainyard",gpu_type="H100"}'
         values: '0x40'
       - series: 'DCGM_FI_DEV_GPU_TEMP{Hostname="node-0",UUID="GPU-0",device="nvidia0",gpu="0",instance="server:8470",job="trainyard",modelName="NVIDIA H100 80GB HBM3"}'
         values: '80 80 80 92x40'
@@ -163,10 +165,10 @@ tests:
       - eval_time: 5m
         alertname: GPUXidError
         exp_alerts:
-          - exp_labels: {severity: critical, Hostname: node-0, UUID: GPU-0, device: nvidia0, gpu: "0", instance: "server:8470", job: trainyard, modelName: "NVIDIA H100 80GB HBM3"}
+          - exp_labels: {severity: critical, node: node-0, uuid: GPU-0, device: nvidia0, gpu: "0", instance: "server:8470", job: trainyard, gpu_type: H100}
             exp_annotations:
               summary: "XID error on GPU 0 of node-0"
-              description: "GPU 0 (GPU-0, NVIDIA H100 80GB HBM3) on node-0 reported XID errors in the last 10 minutes; the last one is XID 79. XIDs 48, 63, 64, 74, 79, 92, 94 and 95 point at the hardware (ECC, row remapping, NVLink, fallen off the bus): drain the node (`trainyard drain node-0` cordons it and requeues its jobs) and have the GPU reset or replaced. XIDs 13, 31 and 43 usually come from the application."
+              description: "GPU 0 (GPU-0, H100) on node-0 reported XID errors in the last 10 minutes; the last one is XID 79. XIDs 48, 63, 64, 74, 79, 92, 94 and 95 point at the hardware (ECC, row remapping, NVLink, fallen off the bus): drain the node (`trainyard drain node-0` cordons it and requeues its jobs) and have the GPU reset or replaced. XIDs 13, 31 and 43 usually come from the application."
       - eval_time: 30m
         alertname: GPUXidError
         exp_alerts: []
@@ -227,11 +229,17 @@ for entry in os.environ["METRICS"].split():
     if kind == "histogram":
         allowed.update(name + s for s in ("_bucket", "_sum", "_count"))
 METRIC = re.compile(r"\b(trainyard_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
+OWN_SELECTOR = re.compile(r"\b(trainyard_[a-z0-9_]+)\{([^}]*)\}")
+LABEL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
 problems = []
 
 def unknown_metrics(text, where):
     for name in sorted(set(METRIC.findall(text)) - allowed):
         problems.append(f"{where}: unknown metric {name}")
+    for name, matchers in OWN_SELECTOR.findall(text):
+        for label in LABEL.findall(matchers):
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", label):
+                problems.append(f"{where}: {name} has no label {label} (its labels are snake_case)")
 
 d = json.load(open(dashboard_path))
 if not 36 <= d.get("schemaVersion", 0) <= 39:

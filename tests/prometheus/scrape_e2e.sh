@@ -160,6 +160,16 @@ for r in result:
     assert not missing, f"DCGM_FI_DEV_GPU_UTIL lacks labels {missing}: {m}"
     assert m["Hostname"] == "node-0" and m["device"] == "nvidia" + m["gpu"], m
 ' || fail "DCGM_FI_DEV_GPU_UTIL series: $(query DCGM_FI_DEV_GPU_UTIL)"
+# Our own per-GPU series: the same GPUs, labels in snake case (docs/metrics.md).
+query 'trainyard_gpu_xid_errors_total' | "$PY" -c '
+import json, sys
+result = json.load(sys.stdin)["data"]["result"]
+assert len(result) == 2, f"expected 2 GPUs, got {len(result)}: {result}"
+for r in result:
+    m = r["metric"]
+    assert set(m) == {"__name__", "instance", "job", "gpu", "uuid", "device", "gpu_type", "node"}, m
+    assert m["node"] == "node-0" and m["gpu_type"] == "H100" and m["device"] == "nvidia" + m["gpu"], m
+' || fail "trainyard_gpu_xid_errors_total series: $(query trainyard_gpu_xid_errors_total)"
 # Without honor_labels, a `job` or `instance` label on the server's series would be renamed
 # exported_job/exported_instance: the server must not expose one (the per-job series say job_id).
 clash='{job="trainyard",exported_job=~".+"} or {job="trainyard",exported_instance=~".+"}'

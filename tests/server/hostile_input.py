@@ -202,6 +202,38 @@ status, body = raw(b"NOT-HTTP\r\n\r\n")
 if not alive():
     failures.append("garbage request line: the server stopped answering")
 
+
+def raw_answer(data):
+    """raw(), with the body of the answer only."""
+    status, reply = raw(data)
+    return status, reply.split(b"\r\n\r\n", 1)[-1]
+
+
+# Framing the HTTP layer refuses (src/http/server.h), each with a JSON error naming it.
+JOBS = b"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n"
+for label, head, want in [
+        ("Transfer-Encoding with Content-Length (smuggling)",
+         b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", 400),
+        ("Content-Length twice", b"Content-Length: 5\r\nContent-Length: 5\r\n", 400),
+        ("Content-Length as a list", b"Content-Length: 5, 5\r\n", 400),
+        ("Transfer-Encoding gzip", b"Transfer-Encoding: gzip\r\n", 400),
+        ("Transfer-Encoding twice", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 400),
+        ("header line of 9 KiB", b"X-Big: " + b"a" * (9 << 10) + b"\r\n", 431),
+        ("101 header fields", b"".join(b"X-%d: v\r\n" % i for i in range(101)), 431)]:
+    check(label, *raw_answer(JOBS + head + b"\r\n0\r\n\r\n"), expect={want})
+check("request target of 9 KiB", *raw_answer(b"GET /api/v1/jobs?name=" + b"a" * (9 << 10) +
+                                             b" HTTP/1.1\r\nHost: x\r\n\r\n"), expect={414})
+# A coding the server does not implement is 501, a server error by its class.
+status, body = raw_answer(JOBS + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n")
+try:
+    message = json.loads(body).get("error", "")
+except (ValueError, AttributeError):
+    message = ""
+if status != 501 or "gzip" not in message:
+    failures.append(f"Transfer-Encoding gzip, chunked: HTTP {status}, body {body[:200]!r}")
+else:
+    print(f"ok  Transfer-Encoding gzip, chunked: {status} {message[:110]}")
+
 # Nothing stored.
 status, body = request("GET", "/api/v1/jobs?limit=10")
 if status != 200 or json.loads(body).get("jobs", json.loads(body)) not in ([], {}):

@@ -147,8 +147,12 @@ Routes::Routes(http::Server& http, AccessControl& access, std::string join_token
                      std::chrono::duration<double>(took).count());
   });
   http_.SetErrorHandler([](const Request& req, Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+    // The HTTP server's own refusals (a malformed or oversized request) say why in a
+    // line of text/plain; handlers' errors are JSON already.
+    const bool refusal = res.get_header_value("Content-Type") == "text/plain";
+    if (!res.body.empty() && !refusal) return;
+    std::string msg = refusal             ? res.body.substr(0, res.body.find_last_not_of('\n') + 1)
+                      : res.status == 404 ? "no such endpoint: " + req.method + " " + req.path
                       : res.status == 413 ? "request body too large; the limit is " +
                                                 std::to_string(kMaxRequestBytes) + " bytes"
                                           : "HTTP " + std::to_string(res.status);
