@@ -13,7 +13,6 @@ namespace trainyard::server {
 
 using httplib::Request;
 using nlohmann::json;
-using nlohmann::ordered_json;
 
 Result<TaskUpload> ParseTaskUpload(const json& j, std::string_view what) {
   TaskUpload u;
@@ -133,9 +132,7 @@ Result<Reply> RegisterNode(const ApiServices& s, const Request& req) {
   TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(req.body, "register"));
   TY_ASSIGN_OR_RETURN(Registration reg, ParseRegistration(j));
   TY_ASSIGN_OR_RETURN(RegisterReply reply, s.cluster.Register(reg));
-  return Reply::Json(200, ordered_json{{"heartbeat_interval_ms", reply.heartbeat_interval.count()},
-                                       {"release_after_ms", reply.release_after.count()},
-                                       {"stop", reply.stop}});
+  return Reply::Json(200, protocol::ToJson(reply));
 }
 
 Result<Reply> TakeHeartbeat(const ApiServices& s, const Request& req) {
@@ -143,7 +140,7 @@ Result<Reply> TakeHeartbeat(const ApiServices& s, const Request& req) {
   TY_ASSIGN_OR_RETURN(Heartbeat hb, ParseHeartbeat(j));
   TY_ASSIGN_OR_RETURN(std::vector<std::string> ack, s.cluster.HandleHeartbeat(hb));
   if (s.alerting != nullptr) s.alerting->ObserveHeartbeat(hb);
-  return Reply::Json(200, ordered_json{{"ack", ack}});
+  return Reply::Json(200, protocol::ToJson(protocol::HeartbeatReply{std::move(ack)}));
 }
 
 // A long poll holds no thread while it waits: the cluster answers it when the node has
@@ -157,9 +154,7 @@ void PollCommands(const ApiServices& s, const Request& req, const Routes::Answer
     // Rendered on the server's worker, not under the cluster's lock.
     answer([cmds = std::move(cmds)]() -> Result<Reply> {
       if (!cmds.ok()) return cmds.status();
-      ordered_json out = ordered_json::array();
-      for (const Command& c : *cmds) out.push_back(ToJson(c));
-      return Reply::Json(200, ordered_json{{"commands", std::move(out)}});
+      return Reply::Json(200, protocol::ToJson(protocol::PollReply{*cmds}));
     });
   });
 }
@@ -169,7 +164,7 @@ Result<Reply> UploadLogs(const ApiServices& s, const Request& req) {
   TY_ASSIGN_OR_RETURN(TaskUpload u, ParseTaskUpload(j, "logs"));
   TY_ASSIGN_OR_RETURN(std::string data, DataField(j, "logs.data_b64", "required, a base64 string"));
   TY_ASSIGN_OR_RETURN(int64_t next, s.ingest->Logs(u.task, u.offset, data));
-  return Reply::Json(200, ordered_json{{"next_offset", next}});
+  return Reply::Json(200, protocol::ToJson(protocol::UploadReply{next}));
 }
 
 Result<Reply> UploadMetrics(const ApiServices& s, const Request& req) {
@@ -183,16 +178,16 @@ Result<Reply> UploadMetrics(const ApiServices& s, const Request& req) {
   auto lines = j.find("lines");
   TY_ASSIGN_OR_RETURN(int64_t next,
                       s.ingest->Metrics(u.task, u.offset, end, lines == j.end() ? json() : *lines));
-  return Reply::Json(200, ordered_json{{"next_offset", next}});
+  return Reply::Json(200, protocol::ToJson(protocol::UploadReply{next}));
 }
 
 Result<Reply> UploadProfile(const ApiServices& s, const Request& req) {
   if (s.profiles == nullptr) return Unavailable("this server keeps no profiles");
   TY_ASSIGN_OR_RETURN(ProfileReport report, ParseProfileReport(req.body));
   TY_ASSIGN_OR_RETURN(ProfileReportReply reply, s.profiles->Report(report));
-  ordered_json out = {{"next_offset", reply.next_offset}, {"state", ProfileStateName(reply.state)}};
-  if (!reply.message.empty()) out["message"] = reply.message;
-  return Reply::Json(200, out);
+  return Reply::Json(
+      200, protocol::ToJson(protocol::ProfileUploadReply{
+               reply.next_offset, std::string(ProfileStateName(reply.state)), reply.message}));
 }
 
 }  // namespace
