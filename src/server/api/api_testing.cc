@@ -14,6 +14,18 @@ std::string Answer::Header(const std::string& name) const {
   return it == headers.end() ? "" : it->second;
 }
 
+Answer ApiFixture::Answered(const std::string& method, const std::string& path,
+                            const httplib::Result& res) {
+  Answer a;
+  a.status = res ? res->status : 0;
+  asked_.push_back({method, path.substr(0, path.find('?')), a.status});
+  if (!res) return a;
+  a.text = res->body;
+  a.body = nlohmann::json::parse(res->body, nullptr, false);
+  a.headers = res->headers;
+  return a;
+}
+
 void ApiFixture::SetUp() {
   const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = std::string(test->test_suite_name()) + "_" + test->name();
@@ -115,25 +127,13 @@ Answer ApiFixture::CallAs(const std::string& token, const std::string& method,
                         : method == "PUT"   ? client_->Put(path.c_str(), h, body, content_type)
                         : method == "PATCH" ? client_->Patch(path.c_str(), h, body, content_type)
                                             : client_->Delete(path.c_str(), h);
-  Answer a;
-  if (!res) return a;
-  a.status = res->status;
-  a.text = res->body;
-  a.body = nlohmann::json::parse(res->body, nullptr, false);
-  a.headers = res->headers;
-  return a;
+  return Answered(method, path, res);
 }
 
 Answer ApiFixture::Agent(const std::string& path, const std::string& body) {
   httplib::Headers h = {{"Authorization", std::string("Bearer ") + kJoinToken}};
   auto res = client_->Post(path.c_str(), h, body, "application/json");
-  Answer a;
-  if (!res) return a;
-  a.status = res->status;
-  a.text = res->body;
-  a.body = nlohmann::json::parse(res->body, nullptr, false);
-  a.headers = res->headers;
-  return a;
+  return Answered("POST", path, res);
 }
 
 JobId ApiFixture::Submit(const std::string& spec) {

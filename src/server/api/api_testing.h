@@ -6,7 +6,8 @@
 // The route body tests: each resource's test file (server/api/<resource>_test.cc)
 // returns a RouteCase per route it installs, which calls the route and asserts the
 // bodies it answers (success and the main errors). coverage_test.cc runs every case and
-// fails for a route InstallApi installs that no case covers.
+// fails for a route InstallApi installs that no case covers, and for a case that never
+// got a successful answer from its own route.
 #pragma once
 
 #include <gmock/gmock.h>
@@ -56,10 +57,22 @@ class ApiFixture : public ::testing::Test {
   // POST with the join token.
   Answer Agent(const std::string& path, const std::string& body);
 
+  // What `res` (the answer to `method` `path`) says; recorded in asked_.
+  Answer Answered(const std::string& method, const std::string& path, const httplib::Result& res);
+
   // A job of `spec` (YAML) submitted by the cluster admin; its id.
   JobId Submit(const std::string& spec = "name: a\ncommand: [x]\n");
   // The same, scheduled on n1 and running.
   JobId Running(const std::string& spec = "name: a\ncommand: [x]\nresources: {gpus: 1}\n");
+
+  // Every request Call, CallAs and Agent made in this test, and the status it got (0:
+  // none): what the coverage test checks a case's route against.
+  struct Asked {
+    std::string method;
+    std::string path;  // without the query
+    int status = 0;
+  };
+  std::vector<Asked> asked_;
 
   store::MemoryStore store_;
   FakeClock clock_{Timestamp(Duration(kStartMs))};

@@ -1,8 +1,10 @@
 // Every route's bodies are asserted: the cases of every resource's test file run here,
 // one test each, and a route InstallApi installs without a case fails
-// EveryRouteHasABodyCase.
+// EveryRouteHasABodyCase. A case must call its own route (as the route's pattern
+// matches) and get at least one successful answer from it, not only errors.
 #include <cctype>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "server/api/api_testing.h"
@@ -22,7 +24,24 @@ std::vector<RouteCase> AllCases() {
 
 class RouteBodyTest : public ApiFixture, public ::testing::WithParamInterface<RouteCase> {};
 
-TEST_P(RouteBodyTest, AnswersItsBodies) { GetParam().check(*this); }
+// The case asked its own route, and got at least one answer that is not an error.
+TEST_P(RouteBodyTest, AnswersItsBodies) {
+  const RouteCase& c = GetParam();
+  c.check(*this);
+  const size_t space = c.route.find(' ');
+  ASSERT_NE(space, std::string::npos) << c.route;
+  const std::string method = c.route.substr(0, space);
+  const std::regex pattern(c.route.substr(space + 1));
+  int asked = 0;
+  int succeeded = 0;
+  for (const Asked& a : asked_) {
+    if (a.method != method || !std::regex_match(a.path, pattern)) continue;
+    ++asked;
+    if (a.status >= 200 && a.status < 400) ++succeeded;
+  }
+  EXPECT_GT(asked, 0) << c.route << ": the case never calls its route";
+  EXPECT_GT(succeeded, 0) << c.route << ": the case never gets a successful answer";
+}
 
 // "POST /api/v1/jobs/([^/]+)/cancel" -> "POST_jobs_id_cancel".
 std::string CaseName(const ::testing::TestParamInfo<RouteCase>& info) {

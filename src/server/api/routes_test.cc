@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <stdexcept>
 #include <thread>
@@ -173,6 +177,40 @@ TEST_F(RoutesTest, EveryErrorIsJson) {
   EXPECT_EQ(large.status, 413);
   EXPECT_EQ(json::parse(large.body),
             json({{"error", "request body too large; the limit is 4194304 bytes"}}));
+}
+
+// `request` as bytes on a connection of its own, and everything the server sends back
+// until it closes the connection (it does after a refusal).
+std::string Exchange(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  const timeval timeout{.tv_sec = 5, .tv_usec = 0};  // a server that keeps it open fails
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;)
+      got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return got;
+}
+
+TEST_F(RoutesTest, TheHttpServersOwnRefusalsAreJsonErrorsThatSayWhy) {
+  const std::string raw = Exchange(
+      port_, "POST /agent HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}");
+  ASSERT_EQ(raw.rfind("HTTP/1.1 400", 0), 0u) << raw;
+  EXPECT_THAT(raw, HasSubstr("Content-Type: application/json"));
+  const size_t body = raw.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos) << raw;
+  EXPECT_EQ(raw.substr(body + 4),
+            "{\"error\":\"Content-Length is given 2 times; give it once\"}\n");
 }
 
 TEST_F(RoutesTest, AgentRoutesTakeTheJoinTokenOnly) {
