@@ -116,14 +116,17 @@ Result<LogChunk> LogStore::ReadLog(JobId job, int32_t attempt, int32_t rank, int
   return chunk;
 }
 
-Result<int64_t> LogStore::AppendMetrics(JobId job, int32_t attempt, int32_t rank, int64_t offset,
-                                        int64_t end_offset, const std::vector<std::string>& lines) {
+Result<LogStore::MetricsAppend> LogStore::AppendMetrics(JobId job, int32_t attempt, int32_t rank,
+                                                        int64_t offset, int64_t end_offset,
+                                                        const std::vector<std::string>& lines) {
   std::lock_guard lk(mu_);
   auto key = std::make_tuple(job, attempt, rank);
   auto it = metrics_offsets_.find(key);
   // Lines before what was taken are a resend: drop them. A gap (or a server that
   // restarted and knows no offset) takes the agent's word: metrics are best effort.
-  if (it != metrics_offsets_.end() && offset < it->second) return it->second;
+  if (it != metrics_offsets_.end() && offset < it->second) {
+    return MetricsAppend{it->second, false};
+  }
   std::string data;
   for (const auto& l : lines) data += l + "\n";
   if (!data.empty()) {
@@ -133,7 +136,7 @@ Result<int64_t> LogStore::AppendMetrics(JobId job, int32_t attempt, int32_t rank
                                   data));
   }
   metrics_offsets_[key] = end_offset;
-  return end_offset;
+  return MetricsAppend{end_offset, true};
 }
 
 std::vector<RankLog> LogStore::ListRankLogs(JobId job, std::optional<int32_t> attempt) const {

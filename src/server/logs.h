@@ -94,11 +94,15 @@ class LogStore {
   Result<LogChunk> ReadLog(JobId job, int32_t attempt, int32_t rank, int64_t offset,
                            int64_t max_bytes, Duration wait);
   // Appends metrics lines (already serialised) sent from the agent's file `offset`
-  // on and ending at `end_offset`; returns the agent-file offset to continue from.
-  // An offset behind what was already taken is answered with the offset taken so
-  // far, and nothing is written.
-  Result<int64_t> AppendMetrics(JobId job, int32_t attempt, int32_t rank, int64_t offset,
-                                int64_t end_offset, const std::vector<std::string>& lines);
+  // on and ending at `end_offset`; returns the agent-file offset to continue from and
+  // whether the lines were taken. An offset behind what was already taken (a resend)
+  // is answered with the offset taken so far, and nothing is written.
+  struct MetricsAppend {
+    int64_t next_offset = 0;
+    bool taken = false;
+  };
+  Result<MetricsAppend> AppendMetrics(JobId job, int32_t attempt, int32_t rank, int64_t offset,
+                                      int64_t end_offset, const std::vector<std::string>& lines);
   // Wakes every ReadLog waiter (shutdown).
   void WakeAll();
 
