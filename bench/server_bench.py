@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Control-plane speed on this machine (Python 3 standard library only).
 
-  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,heartbeat,ingest,failover] ...
+  server_bench.py [--trainyard BUILD/trainyard] [--only submit,list,latency,slurm,slurm-array,heartbeat,ingest,failover,node-loss] ...
 
 Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
   submit   jobs/s acknowledged (201, committed with synchronous=FULL) over POST /jobs
@@ -13,7 +13,11 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
            call each: `slurm-peer bench N` (sbatch) then `trainyard submit` against
            `trainyard up` (4 x 8 GPUs); jobs/s from the first submission until all have
            finished, medians and their ratio. Skipped, saying why, when the Slurm peer
-           (../shared/peers/slurm/slurm-peer) is not set up.
+           (../shared/peers/slurm/slurm-peer, or $SLURM_PEER) is not set up.
+  slurm-array (not in the default --only; --slurm-jobs, --slurm-runs as for slurm) the
+           same jobs as one job array, one CLI call:
+           `slurm-peer bench-array N` (sbatch --array) then `trainyard submit --array`;
+           jobs/s from the call until all have finished, medians and their ratio.
   ingest   metric points/s stored (committed) through POST /api/v1/runs/{id}/metrics on
            loopback from --ingest-clients processes, each posting bodies of
            --ingest-points points (8 keys) for --ingest-seconds; text/plain bodies
@@ -43,6 +47,30 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
            on it again, its CPU and RSS over the 10 s after, and how many running jobs it
            adopted rather than restarted. Skipped, saying why, without PostgreSQL or with
            a binary that has no `server --store`.
+  node-loss (not in the default --only: about 45 s a run at full size on 2 cores with
+           a Release build, 30 s with --loss-agents 100 --loss-nodes 10; --loss-runs runs)
+           heartbeats while a rack of nodes is lost at once: one `trainyard server` (SQLite,
+           synchronous=FULL, as deployed) with --node-timeout --loss-timeout and
+           --node-lost-grace --loss-grace (seconds); --loss-agents simulated agents
+           (asyncio, from --loss-procs processes; the fail-over bench's, which report the
+           tasks they are started running and stopped ones exited) all Ready; jobs of 8
+           GPUs a node on 4/5 of the nodes: 4-node gangs on 2/5, 2-node gangs on 3/10,
+           1-node jobs on 1/10, all Running; then --loss-nodes agents fall silent at one
+           instant (a last heartbeat sent together, then nothing, as a rack that lost
+           power), taken in turns: one node of a 4-node gang, one of a 2-node gang (each
+           gang's other ranks on nodes that keep heartbeating), two holding a 1-node job.
+           The surviving agents' heartbeat round trip p50/p99/max (client side, sent
+           within each window) over --loss-steady s before the silence; while the server
+           declares the nodes NotReady (from 0.5 s before the instant its Tick declared
+           them, from their state_reason, until 0.5 s after GET /nodes showed all of them
+           NotReady: a read waits for the cluster's lock); and while it gives their jobs
+           up (from 0.5 s before the first Lost event until 0.5 s after every hit job was
+           requeued, the unfinished jobs polled every 100 ms); the server's own histogram
+           (p50/p99 bucket) over the steady window and from 0.5 s before the timeout until
+           all were requeued; how long after --node-timeout all nodes were shown NotReady
+           and after timeout + grace all hit jobs requeued (polled, and the Lost/Requeued
+           events' times); surviving nodes seen NotReady (none expected); server CPU and
+           the load average. Each run, then the medians over the runs.
 Every process it starts is stopped on exit. Unknown arguments (such as the
 --benchmark_min_time that scripts/bench passes) are ignored.
 """
@@ -50,6 +78,7 @@ Every process it starts is stopped on exit. Unknown arguments (such as the
 import argparse
 import asyncio
 import random
+import re
 import http.client
 import json
 import multiprocessing
@@ -65,7 +94,9 @@ import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SLURM_PEER = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "peers", "slurm", "slurm-peer"))
+# $SLURM_PEER overrides it (from a git worktree, ../shared is not beside the checkout).
+SLURM_PEER = os.environ.get("SLURM_PEER") or os.path.normpath(
+    os.path.join(HERE, "..", "..", "shared", "peers", "slurm", "slurm-peer"))
 UNFINISHED = "Pending,Admitted,Starting,Running,Preempting,Lost"
 
 _children = []  # Popen objects still to stop
@@ -336,16 +367,21 @@ def bench_latency(trainyard, work, jobs):
 
 # --- slurm comparison --------------------------------------------------------------------
 
-def run_trainyard_jobs(trainyard, url, spec_file, n):
+def run_trainyard_jobs(trainyard, url, spec_file, n, array=False):
     """Submits the jobs the way `slurm-peer bench` submits Slurm's: one CLI process
     each, one after the other, from a shell loop (not from Python, whose fork of a large
-    interpreter per call would be charged to us)."""
+    interpreter per call would be charged to us); with `array`, as `slurm-peer
+    bench-array` does: one CLI call for a job array of n."""
+    env = {**os.environ, "TRAINYARD_TOKEN": _tokens.get(urllib.parse.urlsplit(url).netloc, "")}
     t0 = time.monotonic()
-    subprocess.run(["/bin/bash", "-c",
-                    'for i in $(seq 1 "$1"); do "$2" submit "$3" --server "$4" -o json >/dev/null '
-                    '|| echo "submit $i failed" >&2; done', "submit-loop", str(n), trainyard,
-                    spec_file, url], check=True,
-                   env={**os.environ, "TRAINYARD_TOKEN": _tokens.get(urllib.parse.urlsplit(url).netloc, "")})
+    if array:
+        subprocess.run([trainyard, "submit", spec_file, "--server", url, "--array", f"1-{n}",
+                        "-o", "json"], check=True, env=env, stdout=subprocess.DEVNULL)
+    else:
+        subprocess.run(["/bin/bash", "-c",
+                        'for i in $(seq 1 "$1"); do "$2" submit "$3" --server "$4" -o json >/dev/null '
+                        '|| echo "submit $i failed" >&2; done', "submit-loop", str(n), trainyard,
+                        spec_file, url], check=True, env=env)
     t1 = time.monotonic()
     wait_all_finished(url)
     t2 = time.monotonic()
@@ -363,10 +399,11 @@ def slurm_unavailable():
     return None
 
 
-def bench_slurm(trainyard, work, runs, n):
+def bench_slurm(trainyard, work, runs, n, array=False):
+    mode = "slurm-array" if array else "slurm"
     why = slurm_unavailable()
     if why:
-        print(f"slurm: skipped: {why}", flush=True)
+        print(f"{mode}: skipped: {why}", flush=True)
         return
     spec_file = f"{work}/trivial.yaml"
     with open(spec_file, "w") as f:
@@ -378,20 +415,23 @@ def bench_slurm(trainyard, work, runs, n):
         wait_nodes(url, 4)
         up = subprocess.run([SLURM_PEER, "up"], capture_output=True, text=True)
         if up.returncode != 0:
-            print(f"slurm: skipped: `slurm-peer up` failed: {up.stderr.strip()[-300:]}", flush=True)
+            print(f"{mode}: skipped: `slurm-peer up` failed: {up.stderr.strip()[-300:]}", flush=True)
             return
         for r in range(runs):
-            out = subprocess.run([SLURM_PEER, "bench", str(n)], capture_output=True, text=True,
+            out = subprocess.run([SLURM_PEER, "bench-array" if array else "bench", str(n)],
+                                 capture_output=True, text=True,
                                  check=True).stdout.strip().splitlines()[-1]
             fields = dict(kv.split("=") for kv in out.split()[1:])
             slurm_rates.append(float(fields["completed_per_s"]))
-            sub, done = run_trainyard_jobs(trainyard, url, spec_file, n)
+            sub, done = run_trainyard_jobs(trainyard, url, spec_file, n, array)
             ours_rates.append(n / done)
-            print(f"slurm run {r + 1}: {out}", flush=True)
-            print(f"trainyard run {r + 1}: jobs={n} submit_s={sub:.2f} submit_per_s={n / sub:.1f} "
-                  f"all_done_s={done:.2f} completed_per_s={n / done:.1f}", flush=True)
+            print(f"{mode} run {r + 1}: {out}", flush=True)
+            print(f"trainyard{'-array' if array else ''} run {r + 1}: jobs={n} submit_s={sub:.2f} "
+                  + ("" if array else f"submit_per_s={n / sub:.1f} ")
+                  + f"all_done_s={done:.2f} completed_per_s={n / done:.1f}", flush=True)
         s, o = statistics.median(slurm_rates), statistics.median(ours_rates)
-        print(f"slurm vs trainyard: {n} trivial 1-GPU jobs, one CLI call each, 4 x 8 GPUs, "
+        how = "as one job array (one CLI call)" if array else "one CLI call each"
+        print(f"{mode} vs trainyard: {n} trivial 1-GPU jobs, {how}, 4 x 8 GPUs, "
               f"median of {runs}: Slurm {s:.1f} jobs/s, Trainyard {o:.1f} jobs/s, "
               f"ratio {o / s:.1f}x", flush=True)
     finally:
@@ -871,7 +911,8 @@ def _collect(out, workers, deadline, what):
     return res
 
 
-def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
+def _sim_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out, samples_out=None,
+                       silence=None):
     """One process: `agents` simulated agents on one asyncio loop that follow the leader
     as `trainyard agent --server A,B` does (src/agent/agent.cc): a request that gets no
     answer, or a standby's 503, moves the agent to the leader the 503 names (unless that
@@ -880,7 +921,15 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
     new leader that has not seen it) makes it register again with its tasks, which the
     leader adopts. Each registers, keeps a long poll outstanding and heartbeats every
     second with 8 GPUs of telemetry, each request on a new connection. `start` commands
-    become tasks reported running until a `stop`/`preempt` (they then exit)."""
+    become tasks reported running until a `stop`/`preempt` (they then exit).
+
+    With `samples_out`, every heartbeat's (wall-clock time sent, round trip in seconds,
+    HTTP status or 0 for no answer, node name) goes there before the stats. From
+    `silence`, a queue, a (names, monotonic instant) pair makes those agents send one
+    last heartbeat at that instant, all of them together, and then fall silent as a node
+    that lost power: no more heartbeats, no new poll, the commands of an outstanding
+    poll ignored."""
+    import queue
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -922,6 +971,8 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
             self.seq = 0
             self.tasks = {}
             self.unanswered = (None, 0.0)  # the server that last gave no answer, and when
+            self.silence_at = None  # loop time of its last heartbeat (`silence`)
+            self.dead = False
 
         def fail_over(self, frm, body):
             if len(addrs) < 2:
@@ -942,10 +993,14 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
                 status, data = await asyncio.wait_for(
                     _agent_post(addrs[at][0], addrs[at][1], token, path, body), timeout)
             except errors:
+                if self.dead:
+                    return None, {}
                 stats["no_answer"] += 1
                 self.unanswered = (at, time.monotonic())
                 self.fail_over(at, None)
                 return None, {}
+            if self.dead:  # its last poll's answer, which a node without power never reads
+                return status, {}
             try:
                 j = json.loads(data) if data else {}
             except ValueError:
@@ -987,6 +1042,9 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
             while not stopping[0]:
                 now = loop.time()
                 if not self.reg.is_set():
+                    if self.silence_at is not None and now >= self.silence_at:
+                        self.dead = True  # lost power while registering again
+                        return
                     if now < self.next_attempt:
                         await asyncio.sleep(self.next_attempt - now)
                         continue
@@ -1007,9 +1065,15 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
                         self.next_attempt = loop.time() + backoff(self.failures)
                     continue
                 due = max(self.next_hb, self.next_attempt)
+                if self.silence_at is not None and due >= self.silence_at:
+                    await asyncio.sleep(max(0.0, self.silence_at - loop.time()))
+                    await self.heartbeat()  # the last one, with the others it falls silent with
+                    self.dead = True
+                    return
                 if now < due and not self.changed.is_set():
+                    wake = due if self.silence_at is None else min(due, self.silence_at)
                     try:
-                        await asyncio.wait_for(self.changed.wait(), due - now)
+                        await asyncio.wait_for(self.changed.wait(), wake - now)
                     except asyncio.TimeoutError:
                         pass
                     continue
@@ -1017,10 +1081,7 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
                     await asyncio.sleep(self.next_attempt - now)
                     continue
                 self.changed.clear()
-                self.seq += 1
-                status, j = await self.post("/api/v1/agent/heartbeat", {
-                    "node": self.name, "seq": self.seq, "health": {"ok": True, "message": ""},
-                    "gpus": telemetry, "tasks": list(self.tasks.values())}, 60)
+                status, j = await self.heartbeat()
                 self.next_hb = now + 1.0
                 if status == 200:
                     stats["heartbeats"] += 1
@@ -1035,12 +1096,24 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
                     self.failures += 1
                     self.next_attempt = loop.time() + backoff(self.failures)
 
+        async def heartbeat(self):
+            self.seq += 1
+            sent, a = time.time(), time.monotonic()
+            status, j = await self.post("/api/v1/agent/heartbeat", {
+                "node": self.name, "seq": self.seq, "health": {"ok": True, "message": ""},
+                "gpus": telemetry, "tasks": list(self.tasks.values())}, 60)
+            if samples_out is not None:
+                samples.append((sent, time.monotonic() - a, status or 0, self.name))
+            return status, j
+
         async def poller(self):
             failures = 0
-            while not stopping[0]:
+            while not stopping[0] and not self.dead:
                 await self.reg.wait()
                 status, j = await self.post("/api/v1/agent/poll", {"node": self.name, "wait_ms": 20000},
                                             60)
+                if self.dead:
+                    return
                 if status == 200:
                     failures = 0
                     for c in j.get("commands", []):
@@ -1060,6 +1133,13 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
                 [asyncio.ensure_future(s.poller()) for s in sims]
         while not stop_evt.is_set():
             await asyncio.sleep(0.2)
+            try:
+                names, at = silence.get_nowait() if silence is not None else (None, None)
+            except queue.Empty:
+                names = None
+            for s in sims if names else []:
+                if s.name in names:
+                    s.silence_at = at
             dead = [t for t in tasks if t.done() and not t.cancelled() and t.exception()]
             if dead:
                 raise dead[0].exception()
@@ -1074,9 +1154,15 @@ def _fo_agents_worker(servers, token, proc, agents, seed_ms, stop_evt, out):
             left = [t for t in left if not t.done()]
         return stats
 
+    samples = []
     try:
-        out.put(asyncio.run(run()))
+        stats = asyncio.run(run())
+        if samples_out is not None:
+            samples_out.put(samples)
+        out.put(stats)
     except Exception as e:
+        if samples_out is not None:
+            samples_out.put([])
         out.put(f"{type(e).__name__}: {e}")
 
 
@@ -1242,7 +1328,7 @@ def bench_failover(trainyard, work, agents, jobs, procs, seconds, after_s):
         phase[0] = f"{agents} agents joining"
         leader_alive()
         t_agents = time.monotonic()
-        agent_procs = [ctx.Process(target=_fo_agents_worker,
+        agent_procs = [ctx.Process(target=_sim_agents_worker,
                                    args=(servers, join, k, counts[k], seed, stop_evt, agent_out))
                        for k in range(procs)]
         for w in agent_procs:
@@ -1434,6 +1520,299 @@ def bench_failover(trainyard, work, agents, jobs, procs, seconds, after_s):
         pg.stop()
 
 
+# --- node loss ---------------------------------------------------------------------------
+
+# The node-loss cluster's jobs: (name, nodes a job, share of the cluster's nodes), 8 GPUs
+# a node each; the other fifth of the nodes idle, where requeued jobs start again.
+LOSS_MIX = (("gang4", 4, 0.4), ("gang2", 2, 0.3), ("single", 1, 0.1))
+HB_ROUTE = "/api/v1/agent/heartbeat"
+
+
+def _duration_ms(text):
+    """Milliseconds of a duration as the server writes it (core/units.cc: "5s12ms")."""
+    units = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
+    parts = re.findall(r"(\d+)(ms|d|h|m|s)", text)
+    return sum(int(n) * units[u] for n, u in parts) if parts else None
+
+
+def _pick_lost(running, ready, lost):
+    """The `lost` nodes to silence, in turns: one node of a 4-node gang, one of a 2-node
+    gang (each gang's other ranks on nodes that keep heartbeating), two each holding a
+    1-node job; idle nodes once those run out. Returns (names, {job id: its kind},
+    {kind: nodes})."""
+    queues = {name: [j for j in sorted(running, key=lambda j: j["id"]) if j["name"] == name]
+              for name, _, _ in LOSS_MIX}
+    busy = {n for j in running for n in j["nodes"]}
+    idle = sorted(n for n in ready if n not in busy)
+    names, jobs, kinds = [], {}, {}
+    turn = ("gang4", "gang2", "single", "single")
+    while len(names) < lost and any(queues[k] for k in turn):
+        for kind in turn:
+            if len(names) < lost and queues[kind]:
+                j = queues[kind].pop(0)
+                names.append(j["nodes"][-1])
+                jobs[j["id"]] = kind
+                kinds[kind] = kinds.get(kind, 0) + 1
+    while len(names) < lost and idle:
+        names.append(idle.pop(0))
+        kinds["idle"] = kinds.get("idle", 0) + 1
+    return names, jobs, kinds
+
+
+def _window(samples, lo, hi):
+    """Round trips (ms) of the heartbeats sent in [lo, hi), and how many got no 200."""
+    rtt = [s[1] * 1e3 for s in samples if lo <= s[0] < hi]
+    bad = sum(1 for s in samples if lo <= s[0] < hi and s[2] != 200)
+    if not rtt:
+        return {"n": 0, "p50": float("nan"), "p99": float("nan"), "max": float("nan"), "bad": bad}
+    return {"n": len(rtt), "p50": pct(rtt, 50), "p99": pct(rtt, 99), "max": max(rtt), "bad": bad}
+
+
+def _loss_run(trainyard, work, run, agents, lost, procs, timeout_s, grace_s, steady_s):
+    """One server, `agents` simulated agents, jobs on them, `lost` of them silenced at
+    once; returns the figures (see bench_node_loss)."""
+    d = f"{work}/node-loss-{run}"
+    join = "bench-join-token"
+    p, url = start(trainyard, ["server", "--join-token", join,
+                               "--node-timeout", f"{round(timeout_s * 1000)}ms",
+                               "--node-lost-grace", f"{round(grace_s * 1000)}ms"]
+                   + no_rate_limit(trainyard), d, f"{d}.log")
+    u = urllib.parse.urlsplit(url)
+    ctx = multiprocessing.get_context("fork")
+    stop_evt = ctx.Event()
+    out, samples_out = ctx.Queue(), ctx.Queue()
+    silence = [ctx.Queue() for _ in range(procs)]
+    counts = [agents // procs + (1 if k < agents % procs else 0) for k in range(procs)]
+    workers = [ctx.Process(target=_sim_agents_worker,
+                           args=([(url, u.hostname, u.port)], join, k, counts[k], 0, stop_evt, out,
+                                 samples_out, silence[k]))
+               for k in range(procs)]
+    r = {}
+    try:
+        for w in workers:
+            w.start()
+
+        def alive():
+            if p.poll() is not None:
+                raise RuntimeError(f"the server exited (status {p.returncode}): see {d}.log")
+            for w in workers:
+                if not w.is_alive():
+                    raise RuntimeError(f"a simulated agent process ended: {out.get(timeout=5)}")
+
+        t0 = time.monotonic()
+        _wait(f"{agents} nodes Ready", 120 + agents * 0.2,
+              lambda: alive() or _ready_nodes(connect(url)) >= agents, 0.5)
+        r["ready_s"] = time.monotonic() - t0
+        conn = connect(url)
+        mix = []
+        for name, nodes, share in LOSS_MIX:
+            n = int(agents * share) // nodes
+            if n:
+                status, data = call(conn, "POST", f"/api/v1/jobs?array=1-{n}", json.dumps(
+                    {"name": name, "replicas": nodes, "resources": {"gpus": 8},
+                     "command": ["/bin/sleep", "infinity"]}))
+                if status != 201:
+                    raise RuntimeError(f"submitting {n} {name} jobs: HTTP {status}: {data[:200]}")
+                mix.append((name, nodes, n))
+        total = sum(n for _, _, n in mix)
+        t1 = time.monotonic()
+        _wait(f"{total} jobs Running", 120 + agents * 0.2,
+              lambda: alive() or len(_list_jobs(connect(url), "Running")) >= total, 0.5)
+        r["running_s"] = time.monotonic() - t1
+        running = _list_jobs(conn, "Running")
+        nodes = json.loads(call(conn, "GET", "/api/v1/nodes")[1])["nodes"]
+        names, affected, kinds = _pick_lost(running, [n["name"] for n in nodes
+                                                      if n["state"] == "Ready"], lost)
+        if len(names) < lost:
+            raise RuntimeError(f"only {len(names)} Ready nodes to lose of {lost}")
+        lost_set = set(names)
+        attempts = {j["id"]: j["attempts"] for j in running}
+        r.update(mix=mix, kinds=kinds, affected=len(affected))
+        time.sleep(3)  # the starts' heartbeats settle
+
+        # --- steady window, then `lost` agents fall silent together ---
+        off = time.time() - time.monotonic()
+        silence_at = time.monotonic() + steady_s + 0.5
+        for k in range(procs):
+            silence[k].put(([n for n in names if n.startswith(f"sim-{k}-")], silence_at))
+        time.sleep(0.5)
+        h0, cpu0, c0 = _route_buckets(url, HB_ROUTE), _proc_cpu_s(p.pid), time.monotonic()
+        r["load_steady"] = os.getloadavg()[0]
+        time.sleep(max(0.0, silence_at - 0.2 - time.monotonic()))
+        h1, cpu1, c1 = _route_buckets(url, HB_ROUTE), _proc_cpu_s(p.pid), time.monotonic()
+        t_s = silence_at + off  # wall clock, as the samples and the server's times
+
+        # --- NotReady: one lost node polled from just before the timeout until the
+        # server shows it NotReady (a read waits for the cluster's lock), then all ---
+        time.sleep(max(0.0, silence_at + timeout_s - 0.5 - time.monotonic()))
+        h2, cpu2, c2 = _route_buckets(url, HB_ROUTE), _proc_cpu_s(p.pid), time.monotonic()
+        deadline = time.monotonic() + timeout_s + grace_s + 60
+        false_notready = set()
+        while True:
+            alive()
+            status, data = call(conn, "GET", f"/api/v1/nodes/{names[0]}")
+            if status == 200 and json.loads(data)["state"] == "NotReady":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {names[0]} not NotReady within "
+                                   f"{timeout_s + grace_s + 60:.0f} s of --node-timeout")
+            time.sleep(0.1)
+        r["notready_probe_s"] = time.time() - t_s - timeout_s
+        while True:
+            alive()
+            listed = json.loads(call(conn, "GET", "/api/v1/nodes")[1])["nodes"]
+            seen = time.time()
+            false_notready |= {n["name"] for n in listed
+                               if n["state"] != "Ready" and n["name"] not in lost_set}
+            if sum(1 for n in listed if n["name"] in lost_set and n["state"] == "NotReady") >= lost:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not all {lost} silent nodes NotReady within "
+                                   f"{timeout_s + grace_s + 60:.0f} s of --node-timeout")
+            time.sleep(0.25)
+        r["notready_all_s"] = seen - t_s - timeout_s
+        declared = []  # the server's instants of NotReady: its last heartbeat + the silence
+        for n in listed:
+            ms = _duration_ms(n.get("state_reason", "").partition("no heartbeat for ")[2])
+            if n["name"] in lost_set and ms is not None:
+                declared.append((n["last_heartbeat_ms"] + ms) / 1e3)
+
+        # --- Lost: the unfinished jobs polled from just before the grace ends until
+        # every hit job left its attempt (Lost) and then was requeued ---
+        time.sleep(max(0.0, silence_at + timeout_s + grace_s - 0.5 - time.monotonic()))
+        lost_seen = requeued_seen = None
+        while requeued_seen is None:
+            alive()
+            jobs = {j["id"]: j for j in _list_jobs(conn, UNFINISHED)}
+            now = time.time()
+            left = [i for i in affected if i in jobs and jobs[i]["state"] != "Pending"
+                    and jobs[i]["attempts"] <= attempts[i]]
+            if lost_seen is None and not any(jobs[i]["state"] == "Running" for i in left):
+                lost_seen = now
+            if not left:
+                requeued_seen = now
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(left)} of the {len(affected)} jobs on the silent nodes "
+                                   f"not requeued within {timeout_s + grace_s + 60:.0f} s "
+                                   f"(e.g. job {left[0]}: {jobs[left[0]]['state']})")
+            time.sleep(0.1)
+        r["lost_all_s"] = lost_seen - t_s - timeout_s - grace_s
+        r["requeued_all_s"] = requeued_seen - t_s - timeout_s - grace_s
+        time.sleep(max(0.0, requeued_seen + 0.5 - time.time()))
+        h3, cpu3, c3 = _route_buckets(url, HB_ROUTE), _proc_cpu_s(p.pid), time.monotonic()
+        r["load_loss"] = os.getloadavg()[0]
+        listed = json.loads(call(conn, "GET", "/api/v1/nodes")[1])["nodes"]
+        false_notready |= {n["name"] for n in listed
+                           if n["state"] != "Ready" and n["name"] not in lost_set}
+        r["false_notready"] = len(false_notready)
+
+        # The server's own instants, from the hit jobs' events.
+        ev = {"NodeUnreachable": [], "Lost": [], "Requeued": []}
+        for i in affected:
+            status, data = call(conn, "GET", f"/api/v1/jobs/{i}/events")
+            for e in json.loads(data)["events"] if status == 200 else []:
+                if e["kind"] in ev and e["time_ms"] / 1e3 >= t_s:
+                    ev[e["kind"]].append(e["time_ms"] / 1e3)
+        r["events"] = {k: len(v) for k, v in ev.items()}
+        due_nr, due_lost = t_s + timeout_s, t_s + timeout_s + grace_s
+        span = lambda xs, due: (min(xs) - due, max(xs) - due) if xs else (float("nan"),) * 2
+        r["declared_s"] = span(declared, due_nr)
+        r["lost_ev_s"] = span(ev["Lost"], due_lost)
+        r["requeued_ev_s"] = span(ev["Requeued"], due_lost)
+        r["cpu_steady"] = (cpu1 - cpu0) / (c1 - c0) * 100
+        r["cpu_loss"] = (cpu3 - cpu2) / (c3 - c2) * 100
+        r["srv_steady"] = (_bucket_quantile(h0, h1, 0.5), _bucket_quantile(h0, h1, 0.99))
+        r["srv_loss"] = (_bucket_quantile(h2, h3, 0.5), _bucket_quantile(h2, h3, 0.99))
+
+        stop_evt.set()
+        samples = []
+        for _ in workers:
+            samples += samples_out.get(timeout=60)
+        res = _collect(out, workers, time.monotonic() + 60, "stopping the simulated agents")
+        bad = [x for x in res if isinstance(x, str)]
+        if bad:
+            raise RuntimeError(f"simulated agents failed: {bad}")
+        r["agents"] = {k: sum(x[k] for x in res) for k in res[0]}
+        # A surviving node the server gave up on between two of our reads (its heartbeats
+        # held up past --node-timeout) shows as an agent told `unknown node` that registered
+        # again.
+        r["reregistered"] = r["agents"]["registrations"] - agents
+        alive_samples = [s for s in samples if s[3] not in lost_set]
+        nr_lo = min(declared) if declared else due_nr
+        lost_lo = min(ev["Lost"]) if ev["Lost"] else due_lost
+        r["windows"] = {
+            "steady": (t_s - steady_s, t_s - 0.2),
+            "notready": (nr_lo - 0.5, seen + 0.5),
+            "lost": (lost_lo - 0.5, requeued_seen + 0.5)}
+        r["rtt"] = {k: _window(alive_samples, lo, hi) for k, (lo, hi) in r["windows"].items()}
+        return r
+    finally:
+        stop_evt.set()
+        for w in workers:
+            w.join(5)
+            if w.is_alive():
+                w.terminate()
+                w.join(5)
+        stop(p)
+
+
+def _print_loss_run(run, agents, lost, timeout_s, grace_s, r):
+    f = lambda x: f"{x:.2f} s"
+    mix = ", ".join(f"{n} {k}-node" for _, k, n in r["mix"])
+    kinds = ", ".join(f"{v} {k}" for k, v in r["kinds"].items())
+    w = r["rtt"]
+    rtt = lambda k: (f"{w[k]['n']} heartbeats in {r['windows'][k][1] - r['windows'][k][0]:.1f} s, "
+                     f"p50 {w[k]['p50']:.1f} ms p99 {w[k]['p99']:.1f} ms max {w[k]['max']:.1f} ms"
+                     + (f", {w[k]['bad']} not answered 200" if w[k]["bad"] else ""))
+    srv = lambda k: (f"p50 <= {r[k][0][0] * 1e3:g} ms p99 <= {r[k][1][0] * 1e3:g} ms "
+                     f"({r[k][0][1]} heartbeats)")
+    print(f"node-loss run {run}: {agents} simulated agents x 8 GPUs Ready after {r['ready_s']:.1f} s; "
+          f"jobs 8 GPUs a node ({mix}: {sum(n * k for _, k, n in r['mix'])} nodes busy) Running "
+          f"(the agents report their tasks) after {r['running_s']:.1f} s; {lost} nodes silenced "
+          f"at once (their last heartbeats sent together), holding {kinds} "
+          f"({r['affected']} jobs hit); --node-timeout {timeout_s:g}s --node-lost-grace {grace_s:g}s",
+          flush=True)
+    print(f"node-loss run {run}: NotReady: the server declared them {f(r['declared_s'][0])}"
+          f"-{f(r['declared_s'][1])} after the timeout (its Tick's clock); one of them shown "
+          f"NotReady {f(r['notready_probe_s'])} after it, all {lost} {f(r['notready_all_s'])} "
+          f"(GET /nodes polled); Lost events {f(r['lost_ev_s'][0])}-{f(r['lost_ev_s'][1])} after "
+          f"timeout + grace, every hit job off its attempt (polled) {f(r['lost_all_s'])}; "
+          f"Requeued events {f(r['requeued_ev_s'][0])}-{f(r['requeued_ev_s'][1])}, all requeued "
+          f"(polled) {f(r['requeued_all_s'])}; events {r['events']}; surviving nodes seen "
+          f"NotReady: {r['false_notready']}, surviving agents that had to register again "
+          f"(given up by the server meanwhile): {r['reregistered']}", flush=True)
+    print(f"node-loss run {run}: heartbeat round trip of the {agents - lost} surviving agents "
+          f"(client side): steady (before the silence): {rtt('steady')}; while NotReady was "
+          f"declared: {rtt('notready')}; while Lost and requeued: {rtt('lost')}", flush=True)
+    print(f"node-loss run {run}: heartbeats handled by the server (/metrics histogram): steady "
+          f"{srv('srv_steady')}, from 0.5 s before the timeout until all requeued "
+          f"{srv('srv_loss')}; server CPU {r['cpu_steady']:.0f}% / {r['cpu_loss']:.0f}% of one "
+          f"core; load average {r['load_steady']:.1f} / {r['load_loss']:.1f}; agents: "
+          + ", ".join(f"{k} {v}" for k, v in r["agents"].items() if v), flush=True)
+
+
+def bench_node_loss(trainyard, work, agents, lost, procs, timeout_s, grace_s, steady_s, runs):
+    results = []
+    for run in range(1, runs + 1):
+        r = _loss_run(trainyard, work, run, agents, lost, procs, timeout_s, grace_s, steady_s)
+        _print_loss_run(run, agents, lost, timeout_s, grace_s, r)
+        results.append(r)
+    med = lambda get: statistics.median(get(r) for r in results)
+    print(f"node-loss: median of {runs}: heartbeat round trip p99 steady "
+          f"{med(lambda r: r['rtt']['steady']['p99']):.1f} ms, while NotReady "
+          f"{med(lambda r: r['rtt']['notready']['p99']):.1f} ms (max "
+          f"{med(lambda r: r['rtt']['notready']['max']):.1f}), while Lost "
+          f"{med(lambda r: r['rtt']['lost']['p99']):.1f} ms (max "
+          f"{med(lambda r: r['rtt']['lost']['max']):.1f}); handled p99 <= "
+          f"{med(lambda r: r['srv_steady'][1][0]) * 1e3:g} ms steady, <= "
+          f"{med(lambda r: r['srv_loss'][1][0]) * 1e3:g} ms in the loss; all {lost} NotReady "
+          f"{med(lambda r: r['notready_all_s']):.2f} s after the timeout, all hit jobs requeued "
+          f"{med(lambda r: r['requeued_all_s']):.2f} s after timeout + grace; surviving agents "
+          f"registered again {med(lambda r: r['reregistered']):g}; load average "
+          f"{med(lambda r: r['load_steady']):.1f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainyard", default=os.path.join(os.getcwd(), "build-release", "trainyard"))
@@ -1454,7 +1833,33 @@ def main():
     ap.add_argument("--failover-jobs", type=int, default=100_000)
     ap.add_argument("--failover-procs", type=int, default=2)
     ap.add_argument("--failover-seconds", type=float, default=20)
+    ap.add_argument("--loss-agents", type=int, default=1000)
+    ap.add_argument("--loss-nodes", type=int, default=100)
+    ap.add_argument("--loss-procs", type=int, default=2)
+    ap.add_argument("--loss-timeout", type=float, default=5)
+    ap.add_argument("--loss-grace", type=float, default=5)
+    ap.add_argument("--loss-steady", type=float, default=10)
+    ap.add_argument("--loss-runs", type=int, default=3)
     args, _ = ap.parse_known_args()
+    if "node-loss" in args.only.split(","):
+        if args.loss_agents < 2:
+            ap.error(f"--loss-agents: expected at least 2 simulated agents, got {args.loss_agents}")
+        if not 1 <= args.loss_nodes < args.loss_agents:
+            ap.error(f"--loss-nodes: expected 1 to {args.loss_agents - 1} (fewer than "
+                     f"--loss-agents {args.loss_agents}: some must survive), got {args.loss_nodes}")
+        if not 1 <= args.loss_procs <= args.loss_agents:
+            ap.error(f"--loss-procs: expected 1 to --loss-agents ({args.loss_agents}), "
+                     f"got {args.loss_procs}")
+        if not 1 <= args.loss_timeout <= 600:
+            ap.error(f"--loss-timeout: expected 1 to 600 seconds (the server's --node-timeout is "
+                     f"at least 1s), got {args.loss_timeout:g}")
+        if not 1 <= args.loss_grace <= 600:
+            ap.error(f"--loss-grace: expected 1 to 600 seconds (at least 1 keeps NotReady and Lost "
+                     f"apart), got {args.loss_grace:g}")
+        if not 1 <= args.loss_steady <= 3600:
+            ap.error(f"--loss-steady: expected 1 to 3600 seconds, got {args.loss_steady:g}")
+        if not 1 <= args.loss_runs <= 100:
+            ap.error(f"--loss-runs: expected 1 to 100, got {args.loss_runs}")
     trainyard = os.path.abspath(args.trainyard)
     if not os.access(trainyard, os.X_OK):
         print(f"server_bench: no trainyard binary at {trainyard}", file=sys.stderr)
@@ -1473,6 +1878,8 @@ def main():
             bench_latency(trainyard, work, args.latency_jobs)
         if "slurm" in only:
             bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs)
+        if "slurm-array" in only:
+            bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs, array=True)
         if "ingest" in only:
             bench_ingest(trainyard, work, args.ingest_clients, args.ingest_points,
                          args.ingest_seconds)
@@ -1488,6 +1895,14 @@ def main():
             except RuntimeError as e:  # a figure too: say what did not hold up
                 print(f"failover: {args.failover_agents} agents, {args.failover_jobs} jobs: "
                       f"failed: {e}", flush=True)
+        if "node-loss" in only:
+            try:
+                bench_node_loss(trainyard, work, args.loss_agents, args.loss_nodes, args.loss_procs,
+                                args.loss_timeout, args.loss_grace, args.loss_steady,
+                                args.loss_runs)
+            except RuntimeError as e:  # a figure too: say what did not hold up
+                print(f"node-loss: {args.loss_agents} agents, {args.loss_nodes} lost: failed: {e}",
+                      flush=True)
     finally:
         stop_all()
         if not os.environ.get("KEEP"):
