@@ -20,6 +20,10 @@ CMAKE_FLAGS ?=
 # tables only, enough for stack traces and sanitizer reports, and ~13% less compile
 # CPU than full -g (20 sampled files); a local `make build` keeps -g for the debugger.
 DEBUG_INFO ?= -g
+# The debug build's suites are mostly end-to-end tests that wait on the wall clock
+# (servers, agents, timeouts), so twice as many run at once as there are cores; the
+# ASan run is CPU-bound and runs one per core.
+CTEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 
 .PHONY: all setup web build build-asan build-release build-fuzz test test-all test-asan test-fuzz up bench fuzz soak format clean
 
@@ -67,7 +71,7 @@ build-fuzz: setup web $(FUZZ)/CMakeCache.txt
 test: test-all test-asan test-fuzz
 
 test-all: build
-	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure --no-tests=error
+	cd $(BUILD) && ctest -j $(CTEST_JOBS) --output-on-failure --no-tests=error
 
 test-asan: build-asan
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
