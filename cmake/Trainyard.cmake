@@ -3,7 +3,7 @@
 #   trainyard_test(NAME foo_test SOURCES foo_test.cc LIBS trainyard_core [LABELS unit])
 #
 # Every test links GoogleTest/GoogleMock and rapidcheck. Tests are labelled `unit`
-# unless told otherwise; `make test` runs the `unit` label again under the sanitizers.
+# unless told otherwise (`e2e`, `fuzz`, ...); `make test` runs every label.
 if(BUILD_TESTING)
   find_package(GTest REQUIRED)
   find_package(rapidcheck REQUIRED)
@@ -21,6 +21,8 @@ function(trainyard_test)
     set(T_TIMEOUT 300)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
+  separate_arguments(test_flags UNIX_COMMAND "${TRAINYARD_TEST_CXX_FLAGS}")
+  target_compile_options(${T_NAME} PRIVATE ${test_flags})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main rapidcheck)
   target_compile_definitions(${T_NAME} PRIVATE
     TRAINYARD_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
@@ -39,4 +41,7 @@ function(trainyard_library)
   add_library(trainyard_${L_NAME} STATIC ${L_SOURCES})
   target_include_directories(trainyard_${L_NAME} PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(trainyard_${L_NAME} PUBLIC ${L_DEPS})
+  if(TRAINYARD_FUZZ)
+    target_compile_options(trainyard_${L_NAME} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
 endfunction()

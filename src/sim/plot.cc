@@ -234,7 +234,6 @@ std::string FitText(std::string_view text, int max_width, int scale) {
 // ---------------------------------------------------------------------------------------
 // Raster
 
-constexpr Rgb kBackground{255, 255, 255};
 constexpr Rgb kTextColor{34, 34, 34};
 constexpr Rgb kAxisColor{90, 90, 90};
 constexpr Rgb kGridColor{226, 226, 226};

@@ -439,7 +439,7 @@ class Replayer {
       for (auto& [id, r] : jobs_) {
         if (r.state != ReplayState::kRunning && r.state != ReplayState::kPreempting) continue;
         bool on_node = std::any_of(r.replicas.begin(), r.replicas.end(),
-                                   [&](const Placement& p) { return p.node == name; });
+                                   [&node = name](const Placement& p) { return p.node == node; });
         if (on_node) Requeue(r, now, "node " + name + " went Down", true);
       }
     }
@@ -593,7 +593,8 @@ class Replayer {
       r.outcome.lost_gpu_time += p.lost_gpu_time;
     }
     for (const sched::Waiting& w : d.waiting) {
-      if (auto it = jobs_.find(w.job); it != jobs_.end()) it->second.outcome.reason = w.reason.str();
+      if (auto it = jobs_.find(w.job); it != jobs_.end())
+        it->second.outcome.reason = w.reason.str();
     }
     for (const sched::Infeasible& inf : d.infeasible) {
       auto it = jobs_.find(inf.job);

@@ -122,6 +122,8 @@ std::optional<int64_t> ParseTimestamp(std::string_view s) {
 
 // ---- JSON with line numbers ------------------------------------------------------
 
+struct JsonField;
+
 // A parsed JSON value that remembers the line it starts on.
 struct JsonValue {
   enum class Kind : uint8_t { kNull, kBool, kInt, kFloat, kString, kArray, kObject };
@@ -132,15 +134,24 @@ struct JsonValue {
   double number = 0;
   std::string text;  // kString: the value; kFloat: the number as written
   std::vector<JsonValue> items;
-  std::vector<std::pair<std::string, JsonValue>> fields;
+  std::vector<JsonField> fields;  // kObject, in the order written
 
-  const JsonValue* Find(std::string_view key) const {
-    for (const auto& [k, v] : fields) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
+  const JsonValue* Find(std::string_view key) const;
 };
+
+// A member of an object (a struct, not a std::pair: a pair may not hold the
+// incomplete JsonValue in its own definition).
+struct JsonField {
+  std::string key;
+  JsonValue value;
+};
+
+const JsonValue* JsonValue::Find(std::string_view key) const {
+  for (const JsonField& f : fields) {
+    if (f.key == key) return &f.value;
+  }
+  return nullptr;
+}
 
 std::string Describe(const JsonValue& v) {
   switch (v.kind) {
@@ -313,7 +324,7 @@ class ListSax {
     if (stack_.empty()) return Deliver(std::move(v));
     JsonValue& parent = stack_.back();
     if (parent.kind == JsonValue::Kind::kObject) {
-      parent.fields.emplace_back(std::move(key_), std::move(v));
+      parent.fields.push_back(JsonField{std::move(key_), std::move(v)});
     } else {
       parent.items.push_back(std::move(v));
     }

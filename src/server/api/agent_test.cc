@@ -103,7 +103,7 @@ std::vector<RouteCase> AgentRouteCases() {
          EXPECT_EQ(start["kind"], "start");
          EXPECT_EQ(start["task"]["job_id"], id);
          EXPECT_EQ(start["task"]["task_id"], Task(id));
-         EXPECT_EQ(start["task"]["gpus"], json({0}));
+         EXPECT_EQ(start["task"]["gpus"], json::array({0}));
          EXPECT_EQ(f.Agent("/api/v1/agent/poll", R"({"wait_ms": 0})").body,
                    Error("poll.node: required, a string"));
          EXPECT_EQ(f.Agent("/api/v1/agent/poll", R"({"node": "n9", "wait_ms": 0})").body,

@@ -21,11 +21,11 @@ TEST(RenderNodeForTest, JobsOfOtherTenantsAreHidden) {
   member.tenant = "vision";
   member.role = Role::kMember;
   json j = RenderNodeFor(v, member);
-  EXPECT_EQ(j["jobs"], json({4}));
+  EXPECT_EQ(j["jobs"], json::array({4}));
   EXPECT_EQ(j["gpu_jobs"], json({4, "hidden"}));
   Principal admin;
   admin.role = Role::kClusterAdmin;
-  EXPECT_EQ(RenderNodeFor(v, admin)["gpu_jobs"], json({4, 5}));
+  EXPECT_EQ(json(RenderNodeFor(v, admin))["gpu_jobs"], json({4, 5}));
 }
 
 // What every node answer holds about n1 besides its state, jobs and telemetry.

@@ -125,7 +125,7 @@ std::vector<RouteCase> ProfileRouteCases() {
          EXPECT_EQ(raw.Header("Content-Type"), "application/json");
          Answer merged = f.Get(Path(id, "/profiles/" + pid));
          ASSERT_EQ(merged.status, 200) << merged.text;
-         EXPECT_EQ(merged.body["otherData"]["ranks"], json({0}));
+         EXPECT_EQ(merged.body["otherData"]["ranks"], json::array({0}));
          EXPECT_EQ(merged.body["traceEvents"].back()["name"], "step 1");
          EXPECT_EQ(merged.body["traceEvents"].back()["pid"], 0);
          EXPECT_EQ(f.Get(Path(id, "/profiles/p-" + std::to_string(id) + "-9")).status, 404);
