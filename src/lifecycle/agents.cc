@@ -276,7 +276,7 @@ Status ApplySetNodeState(Ctx& c, const SetNodeState& ev) {
                                : "set " + std::string(NodeStateName(ev.state));
   SyncNode(c, n, ev.reason.empty() ? verb + " by " + ev.actor : ev.reason);
   c.Dirty();
-  if (ev.state != NodeState::kDraining) return Status::Ok();
+  if (ev.state != NodeState::kDraining || !ev.evict) return Status::Ok();
   // Drain: move every gang with a rank here off the node, as a preemption.
   std::vector<JobId> ids;
   for (const auto& [id, e] : c.s.jobs) {

@@ -137,6 +137,10 @@ struct SetNodeState {
   NodeState state = NodeState::kReady;
   std::string actor;
   std::string reason;
+  // Draining also moves the gangs running on the node off it, as preemptions (the
+  // server's `nodes drain`). A scenario's `node_state` sets the state alone, as the
+  // scheduler sees it: what runs there stays until it ends (docs/scheduler.md).
+  bool evict = true;
 };
 // Gives up every gang with a live rank on `node` (Lost; other ranks stopped; requeued
 // when they are done).

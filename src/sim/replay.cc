@@ -1,10 +1,14 @@
 #include "sim/replay.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 
+#include "lifecycle/lifecycle.h"
+#include "sched/contract.h"
 #include "sched/schedule.h"
 
 namespace trainyard::sim {
@@ -16,12 +20,11 @@ Timestamp At(Duration d) { return Timestamp(d); }
 Duration Offset(Timestamp t) { return t.time_since_epoch(); }
 std::string When(Timestamp t) { return FormatDuration(Offset(t)); }
 
-// A job as the replay tracks it.
+// A job as the replay's world tracks it; the job itself (its lifecycle and what the
+// scheduler sees of it) is the ClusterState's.
 struct JobRun {
   const ScenarioJob* spec = nullptr;
-  const PriorityClass* priority = nullptr;
   ReplayState state = ReplayState::kNotSubmitted;
-  Timestamp submit_time{};
   bool held = false;
   // While Running or Preempting:
   std::vector<Placement> replicas;
@@ -29,8 +32,7 @@ struct JobRun {
   std::optional<Timestamp> last_checkpoint;
   Timestamp leaves_at{};  // Preempting: when it stops
   // Across attempts:
-  Duration saved{0};     // work kept by checkpoints of earlier attempts
-  Duration attained{0};  // GPU-time received by earlier attempts
+  Duration saved{0};  // work kept by checkpoints of earlier attempts
   JobOutcome outcome;
 
   int64_t Gpus() const {
@@ -52,311 +54,26 @@ struct JobRun {
   }
 };
 
-// Checks one pass's decisions against the contracts sched::Schedule promises.
-class DecisionChecker {
- public:
-  DecisionChecker(const sched::Snapshot& s, const sched::Decisions& d, const sched::Policy& p)
-      : snap_(s), dec_(d), policy_(p) {
-    for (const auto& j : s.pending) pending_[j.id] = &j;
-    for (const auto& j : s.running) running_[j.id] = &j;
-    for (const auto& n : s.nodes) nodes_[n.name] = &n;
-  }
-
-  std::vector<std::string> Run() {
-    CheckAnswers();
-    TakeRunning();
-    for (const auto& b : dec_.binds) CheckBind(b);
-    std::set<JobId> victims;
-    for (const auto& p : dec_.preemptions) {
-      if (!victims.insert(p.job).second) Violation("job " + Id(p.job) + " is preempted twice");
-      CheckPreempt(p);
-    }
-    for (const auto& r : dec_.reservations) CheckReserve(r);
-    CheckQuotas();
-    return std::move(out_);
-  }
-
- private:
-  static std::string Id(JobId id) { return std::to_string(id); }
-  const sched::PendingJob* PendingOf(JobId id) const {
-    auto it = pending_.find(id);
-    return it == pending_.end() ? nullptr : it->second;
-  }
-  void Violation(std::string what) { out_.push_back(std::move(what)); }
-
-  void CheckAnswers() {
-    std::map<JobId, int> answered;
-    auto count = [&](JobId id, const char* as) {
-      ++answered[id];
-      if (!pending_.count(id))
-        Violation(std::string(as) + " for job " + Id(id) + ", which is not pending");
-    };
-    for (const auto& b : dec_.binds) count(b.job, "bind");
-    for (const auto& w : dec_.waiting) count(w.job, "wait");
-    for (const auto& i : dec_.infeasible) count(i.job, "infeasible");
-    for (const auto& [id, job] : pending_) {
-      int n = answered[id];
-      if (n != 1) {
-        Violation("pending job " + Id(id) + " is answered " + std::to_string(n) +
-                  " times (bind, wait or infeasible); expected once");
-      }
-    }
-    for (const auto& w : dec_.waiting) waiting_.insert(w.job);
-    for (const auto& b : dec_.binds) bound_.insert(b.job);
-  }
-
-  void TakeRunning() {
-    for (const auto& j : snap_.running) {
-      for (const Placement& p : j.replicas) {
-        for (int g : p.gpus) used_[p.node].insert(g);
-        cpu_[p.node] += j.per_replica.milli_cpus;
-        mem_[p.node] += j.per_replica.memory_bytes;
-      }
-    }
-  }
-
-  const Gpu* FindGpu(const Node& n, int index) const {
-    for (const Gpu& g : n.gpus) {
-      if (g.index == index) return &g;
-    }
-    return nullptr;
-  }
-
-  void CheckBind(const sched::Bind& b) {
-    auto it = pending_.find(b.job);
-    if (it == pending_.end()) return;  // reported by CheckAnswers
-    const sched::PendingJob& j = *it->second;
-    const std::string who = "bind of job " + Id(b.job) + ": ";
-    const int64_t n = static_cast<int64_t>(b.replicas.size());
-    if (n < std::max(1, j.min_replicas) || n > j.replicas) {
-      Violation(who + std::to_string(n) + " replicas placed; the gang needs " +
-                std::to_string(j.min_replicas) + " to " + std::to_string(j.replicas));
-    }
-    std::set<std::string> leaves, node_names, domains;
-    for (const Placement& p : b.replicas) {
-      auto nit = nodes_.find(p.node);
-      if (nit == nodes_.end()) {
-        Violation(who + "unknown node " + p.node);
-        continue;
-      }
-      const Node& node = *nit->second;
-      node_names.insert(node.name);
-      leaves.insert(node.topology.leaf);
-      if (!IsSchedulable(node.state)) {
-        Violation(who + "node " + node.name + " is " + std::string(NodeStateName(node.state)));
-      }
-      if (std::find(j.excluded_nodes.begin(), j.excluded_nodes.end(), node.name) !=
-          j.excluded_nodes.end()) {
-        Violation(who + "node " + node.name + " is excluded for this job");
-      }
-      if (static_cast<int64_t>(p.gpus.size()) != j.per_replica.gpus) {
-        Violation(who + "a replica on " + node.name + " got " + std::to_string(p.gpus.size()) +
-                  " GPUs; it asks for " + std::to_string(j.per_replica.gpus));
-      }
-      for (int g : p.gpus) {
-        const Gpu* gpu = FindGpu(node, g);
-        if (gpu == nullptr) {
-          Violation(who + "node " + node.name + " has no GPU " + std::to_string(g));
-          continue;
-        }
-        domains.insert(gpu->nvlink_domain);
-        if (!GpuTypeMatches(j.per_replica.gpu_type, gpu->model)) {
-          Violation(who + node.name + " GPU " + std::to_string(g) + " is " + gpu->model + ", not " +
-                    j.per_replica.gpu_type);
-        }
-        if (gpu->memory_bytes < j.per_replica.gpu_memory_bytes) {
-          Violation(who + node.name + " GPU " + std::to_string(g) + " has too little memory");
-        }
-        if (!used_[node.name].insert(g).second) {
-          Violation(who + node.name + " GPU " + std::to_string(g) + " is already in use");
-        }
-      }
-      cpu_[node.name] += j.per_replica.milli_cpus;
-      mem_[node.name] += j.per_replica.memory_bytes;
-      if (cpu_[node.name] > node.milli_cpus || mem_[node.name] > node.memory_bytes) {
-        Violation(who + node.name + " is over-committed on CPUs or memory");
-      }
-    }
-    if (j.topology.hard && j.per_replica.gpus > 0) {
-      switch (j.topology.constraint) {
-        case TopologyConstraint::kSameNode:
-          if (node_names.size() > 1) Violation(who + "spans nodes despite hard same-node");
-          break;
-        case TopologyConstraint::kSameLeaf:
-          if (leaves.size() > 1) Violation(who + "spans leaves despite hard same-leaf");
-          break;
-        case TopologyConstraint::kSameNvlink:
-          if (domains.size() > 1 || domains.count("") > 0) {
-            Violation(who + "spans NVLink domains despite hard same-nvlink");
-          }
-          break;
-        case TopologyConstraint::kNone:
-          break;
-      }
-    }
-  }
-
-  // GPUs the jobs of one queue hold in the snapshot; with `with_binds`, also those
-  // bound by this pass.
-  int64_t QueueUse(const std::string& tenant, const std::string& queue, bool with_binds) const {
-    int64_t used = 0;
-    for (const auto& r : snap_.running) {
-      if (r.tenant == tenant && r.queue == queue) used += r.Gpus();
-    }
-    if (!with_binds) return used;
-    for (const auto& b : dec_.binds) {
-      const sched::PendingJob* j = PendingOf(b.job);
-      if (j != nullptr && j->tenant == tenant && j->queue == queue) {
-        used += j->per_replica.gpus * static_cast<int64_t>(b.replicas.size());
-      }
-    }
-    return used;
-  }
-  const Queue* FindQueue(const std::string& tenant, const std::string& name) const {
-    for (const Queue& q : snap_.queues) {
-      if (q.tenant == tenant && q.name == name) return &q;
-    }
-    return nullptr;
-  }
-
-  void CheckPreempt(const sched::Preempt& p) {
-    const std::string who = "preemption of job " + Id(p.job) + ": ";
-    auto rit = running_.find(p.job);
-    if (rit == running_.end()) {
-      Violation(who + "it is not running");
-      return;
-    }
-    const sched::RunningJob& v = *rit->second;
-    if (v.preempting) Violation(who + "it is already being preempted");
-    if (!v.preemptible) Violation(who + "its priority class is not preemptible");
-    if (!v.preempting && snap_.now - v.start_time < policy_.min_runtime) {
-      Violation(who + "it started " + FormatDuration(snap_.now - v.start_time) +
-                " ago, within min_runtime " + FormatDuration(policy_.min_runtime));
-    }
-    Timestamp since =
-        v.last_checkpoint && *v.last_checkpoint > v.start_time ? *v.last_checkpoint : v.start_time;
-    Duration lost = (snap_.now - since) * std::max<int64_t>(v.Gpus(), 1);
-    if (p.lost_gpu_time != lost) {
-      Violation(who + "lost GPU-time " + FormatDuration(p.lost_gpu_time) + ", expected " +
-                FormatDuration(lost));
-    }
-    auto fit = pending_.find(p.for_job);
-    if (fit == pending_.end()) {
-      Violation(who + "for job " + Id(p.for_job) + ", which is not pending");
-      return;
-    }
-    const sched::PendingJob& f = *fit->second;
-    if (bound_.count(f.id)) Violation(who + "for job " + Id(f.id) + ", which was bound anyway");
-    if (!waiting_.count(f.id)) Violation(who + "for job " + Id(f.id) + ", which is not waiting");
-    if (snap_.queues.empty()) {
-      if (v.priority >= f.priority) {
-        Violation(who + "priority " + std::to_string(v.priority) + " preempted for priority " +
-                  std::to_string(f.priority) + " (no quotas to reclaim)");
-      }
-      return;
-    }
-    const bool same_queue = v.tenant == f.tenant && v.queue == f.queue;
-    const Queue* vq = FindQueue(v.tenant, v.queue);
-    const bool borrowing = vq != nullptr && QueueUse(v.tenant, v.queue, true) > vq->guaranteed_gpus;
-    if (!same_queue && !borrowing) {
-      Violation(who + "queue '" + v.queue + "' is not borrowing, and job " + Id(f.id) +
-                " is in another queue");
-    }
-    if (v.priority >= f.priority && same_queue) {
-      Violation(who + "priority " + std::to_string(v.priority) + " preempted for priority " +
-                std::to_string(f.priority) + " in the same queue");
-    }
-    if (v.priority >= f.priority && !same_queue) {
-      // Only a reclaim: the preemptor's queue must stay within its guarantee.
-      const Queue* fq = FindQueue(f.tenant, f.queue);
-      const int64_t need = f.per_replica.gpus * std::max(1, std::min(f.min_replicas, f.replicas));
-      if (fq == nullptr || QueueUse(f.tenant, f.queue, false) + need > fq->guaranteed_gpus) {
-        Violation(who + "priority " + std::to_string(v.priority) + " preempted for priority " +
-                  std::to_string(f.priority) + ", but queue '" + f.queue +
-                  "' would go beyond its guarantee: not a reclaim");
-      }
-    }
-  }
-
-  void CheckReserve(const sched::Reserve& r) {
-    const std::string who = "reservation of job " + Id(r.job) + ": ";
-    if (!pending_.count(r.job)) {
-      Violation(who + "it is not pending");
-      return;
-    }
-    if (!waiting_.count(r.job)) Violation(who + "it is not waiting");
-    if (r.earliest_start < snap_.now) Violation(who + "starts in the past");
-    // EASY backfill: nothing bound now may still hold reserved GPUs at the start.
-    std::set<std::pair<std::string, int>> reserved;
-    for (const Placement& p : r.replicas) {
-      for (int g : p.gpus) reserved.insert({p.node, g});
-    }
-    for (const auto& b : dec_.binds) {
-      const sched::PendingJob* jp = PendingOf(b.job);
-      if (jp == nullptr) continue;
-      const sched::PendingJob& j = *jp;
-      const bool ends_before =
-          j.time_limit.count() > 0 && snap_.now + j.time_limit <= r.earliest_start;
-      if (ends_before) continue;
-      for (const Placement& p : b.replicas) {
-        for (int g : p.gpus) {
-          if (reserved.count({p.node, g})) {
-            Violation("bind of job " + Id(b.job) + " takes " + p.node + " GPU " +
-                      std::to_string(g) + ", reserved for job " + Id(r.job) + " from " +
-                      When(r.earliest_start) + ", and " +
-                      (j.time_limit.count() > 0 ? "runs past it" : "has no time limit"));
-          }
-        }
-      }
-    }
-  }
-
-  void CheckQuotas() {
-    if (snap_.queues.empty()) return;
-    std::map<const Queue*, int64_t> use, added;
-    auto charge = [&](const std::string& tenant, const std::string& queue, int64_t gpus, bool now) {
-      for (const Queue* q = FindQueue(tenant, queue); q != nullptr;
-           q = q->parent.empty() ? nullptr : FindQueue(q->tenant, q->parent)) {
-        use[q] += gpus;
-        if (now) added[q] += gpus;
-        if (use.size() > snap_.queues.size() * 2) break;  // a parent cycle
-      }
-    };
-    for (const auto& r : snap_.running) charge(r.tenant, r.queue, r.Gpus(), false);
-    for (const auto& b : dec_.binds) {
-      const sched::PendingJob* j = PendingOf(b.job);
-      if (j == nullptr) continue;
-      charge(j->tenant, j->queue, j->per_replica.gpus * static_cast<int64_t>(b.replicas.size()),
-             true);
-    }
-    for (const auto& [q, gpus] : added) {
-      if (gpus > 0 && use[q] > q->limit_gpus) {
-        Violation("queue '" + q->name + "' holds " + std::to_string(use[q]) +
-                  " GPUs after this pass, over its limit of " + std::to_string(q->limit_gpus));
-      }
-    }
-  }
-
-  const sched::Snapshot& snap_;
-  const sched::Decisions& dec_;
-  const sched::Policy& policy_;
-  std::map<JobId, const sched::PendingJob*> pending_;
-  std::map<JobId, const sched::RunningJob*> running_;
-  std::map<std::string, const Node*> nodes_;
-  std::set<JobId> waiting_, bound_;
-  std::map<std::string, std::set<int>> used_;
-  std::map<std::string, int64_t> cpu_, mem_;
-  std::vector<std::string> out_;
-};
-
+// The replay drives the job lifecycle the server runs (lifecycle/lifecycle.h) with the
+// scenario's events and what its jobs do by themselves; it records what it saw.
 class Replayer {
  public:
-  explicit Replayer(const Scenario& sc) : sc_(sc), nodes_(sc.nodes) {
+  explicit Replayer(const Scenario& sc) : sc_(sc), state_(OptionsFor(sc)) {
+    for (const PriorityClass& pc : sc.priority_classes) state_.classes.try_emplace(pc.name, pc);
+    for (const Queue& q : sc.queues) state_.queues[{q.tenant, q.name}] = q;
+    for (const Node& n : sc.nodes) {
+      lifecycle::NodeEntry& e = state_.nodes[n.name];
+      e.node = n;
+      e.connected = true;
+      e.set_state = n.state;
+    }
+    state_.snapshot.SetNodes(sc.nodes);
+    state_.snapshot.SetQueues(sc.queues);
     for (const ScenarioJob& j : sc.jobs) {
       JobRun& r = jobs_[j.id];
       r.spec = &j;
-      r.priority = sc.FindPriorityClass(j.priority);
-      TY_CHECK_MSG(r.priority != nullptr, "scenario job with an unknown priority class");
+      TY_CHECK_MSG(sc.FindPriorityClass(j.priority) != nullptr,
+                   "scenario job with an unknown priority class");
       r.outcome.id = j.id;
       r.outcome.name = j.name;
     }
@@ -372,6 +89,31 @@ class Replayer {
   }
 
  private:
+  static lifecycle::LifecycleOptions OptionsFor(const Scenario& sc) {
+    lifecycle::LifecycleOptions o;
+    o.policy = sc.policy;
+    o.record = false;
+    o.agents = false;
+    o.check_tenancy = false;  // the scenario's parser checked its classes and queues
+    o.max_unfinished_jobs_per_tenant = std::numeric_limits<int64_t>::max();
+    return o;
+  }
+
+  // Applies `event` at `at`; the scenario was checked, so a refusal is a broken
+  // invariant.
+  void Apply(const lifecycle::Event& event, Timestamp at) {
+    Result<lifecycle::Effects> fx = lifecycle::Apply(state_, event, at);
+    TY_CHECK_MSG(fx.ok(), "replay: the job lifecycle refused an event");
+  }
+
+  // Every rank of the job's open attempt exited (stopped by a signal unless `done`).
+  void GangExited(JobId id, Timestamp at, bool done) {
+    const lifecycle::JobEntry* e = state_.FindJob(id);
+    // A gang whose ranks were all on a node that went Down was requeued already.
+    if (e == nullptr || !e->gang) return;
+    Apply(lifecycle::GangExited{id, 0, done ? 0 : SIGTERM}, at);
+  }
+
   void Step(size_t i) {
     const ScenarioStep& step = sc_.steps[i];
     const Timestamp now = At(step.at);
@@ -397,7 +139,7 @@ class Replayer {
       if (every.count() <= 0) continue;
       Timestamp base = r.last_checkpoint.value_or(r.start);
       if (now - base >= every) {
-        r.last_checkpoint = base + ((now - base) / every) * every;
+        Checkpoint(r, base + ((now - base) / every) * every);
         Event(ReplayEvent::Kind::kCheckpoint, r.spec->id, *r.last_checkpoint,
               "every " + FormatDuration(every));
       }
@@ -405,10 +147,12 @@ class Replayer {
     // (c) The step's own events.
     if (!ApplyEvents(i, now)) return;
 
-    sched::Snapshot snap = BuildSnapshot(now);
+    const sched::Snapshot& snap = state_.snapshot.Prepare(now);
     out.decisions = sched::Schedule(snap, sc_.policy);
-    out.violations = DecisionChecker(snap, out.decisions, sc_.policy).Run();
-    Apply(out.decisions, now);
+    for (sched::Violation& v : sched::CheckDecisions(snap, sc_.policy, out.decisions)) {
+      out.violations.push_back(std::move(v.message));
+    }
+    ApplyDecisions(out.decisions, now);
     result_.steps.push_back(std::move(out));
   }
 
@@ -423,19 +167,26 @@ class Replayer {
                                         std::move(message)});
   }
 
+  void Checkpoint(JobRun& r, Timestamp at) {
+    r.last_checkpoint = at;
+    lifecycle::ReportCheckpoint c;
+    c.id = r.spec->id;
+    c.path = "checkpoint";
+    c.actor = "scenario";
+    Apply(c, at);
+  }
+
   bool ApplyEvents(size_t i, Timestamp now) {
     const ScenarioStep& step = sc_.steps[i];
     const std::string when = " at " + When(now);
     auto state_of = [&](JobId id) { return std::string(ReplayStateName(jobs_[id].state)); };
     for (const auto& [name, state] : step.node_state) {
-      for (Node& n : nodes_) {
-        if (n.name != name) continue;
-        n.state = state;
-        n.state_reason = state == NodeState::kReady ? "" : "scenario";
-      }
+      // The state alone, as the scheduler sees it: a Draining node's jobs run on.
+      Apply(lifecycle::SetNodeState{name, state, "scenario", "scenario", /*evict=*/false}, now);
       events_->push_back(ReplayEvent{ReplayEvent::Kind::kNodeState, 0, name, Offset(now),
                                      std::string(NodeStateName(state))});
       if (state != NodeState::kDown) continue;
+      Apply(lifecycle::NodeLost{name, "went Down"}, now);
       for (auto& [id, r] : jobs_) {
         if (r.state != ReplayState::kRunning && r.state != ReplayState::kPreempting) continue;
         bool on_node = std::any_of(r.replicas.begin(), r.replicas.end(),
@@ -451,10 +202,13 @@ class Replayer {
                  ", not running; only a running job can finish");
         return false;
       }
+      const bool preempting = r.state == ReplayState::kPreempting;
       r.state = ReplayState::kSucceeded;
       r.outcome.end = Offset(now);
-      r.attained += (now - r.start) * r.Gpus();
       r.replicas.clear();
+      GangExited(id, now, true);
+      // A preempted gang that exits is requeued; this one has done its work.
+      if (preempting) Apply(lifecycle::CancelJob{id, "scenario"}, now);
       Event(ReplayEvent::Kind::kFinished, id, now);
     }
     for (JobId id : step.checkpoint) {
@@ -465,13 +219,18 @@ class Replayer {
                  "; only a running job can complete a checkpoint");
         return false;
       }
-      r.last_checkpoint = now;
+      Checkpoint(r, now);
       Event(ReplayEvent::Kind::kCheckpoint, id, now);
     }
     for (JobId id : step.submit) {
       JobRun& r = jobs_[id];
       r.state = ReplayState::kPending;
-      r.submit_time = now;
+      lifecycle::SubmitJobs submit;
+      submit.specs.push_back(SpecOf(*r.spec));
+      submit.first_id = id;
+      submit.actor = "scenario";
+      submit.excluded_nodes.push_back(r.spec->exclude);
+      Apply(submit, now);
       Event(ReplayEvent::Kind::kSubmitted, id, now);
     }
     for (JobId id : step.hold) {
@@ -483,6 +242,7 @@ class Replayer {
         return false;
       }
       r.held = true;
+      Apply(lifecycle::HoldJob{id, true, "scenario"}, now);
       Event(ReplayEvent::Kind::kHeld, id, now);
     }
     for (JobId id : step.release) {
@@ -492,9 +252,28 @@ class Replayer {
         return false;
       }
       r.held = false;
+      // A job held while Pending is released in the lifecycle; the world's flag follows
+      // a job that was held when it was not pending any more.
+      const lifecycle::JobEntry* e = state_.FindJob(id);
+      if (e != nullptr && e->job.held) Apply(lifecycle::HoldJob{id, false, "scenario"}, now);
       Event(ReplayEvent::Kind::kReleased, id, now);
     }
     return true;
+  }
+
+  static JobSpec SpecOf(const ScenarioJob& j) {
+    JobSpec s;
+    s.name = j.name;
+    s.tenant = j.tenant;
+    s.queue = j.queue;
+    s.priority = j.priority;
+    s.replicas = j.replicas;
+    s.min_replicas = j.min_replicas;
+    s.resources = j.per_replica;
+    s.topology = j.topology;
+    s.time_limit = j.time_limit;
+    s.checkpoint.preempt_grace = j.preempt_grace;
+    return s;
   }
 
   // Back to Pending from Running or Preempting; `lose`: charge the lost work now (a
@@ -508,73 +287,38 @@ class Replayer {
       why += "; " + std::string(hours) + " GPU-h lost";
     }
     if (r.last_checkpoint && *r.last_checkpoint > r.start) r.saved += *r.last_checkpoint - r.start;
-    r.attained += (now - r.start) * r.Gpus();
     r.state = ReplayState::kPending;
     r.replicas.clear();
     r.last_checkpoint.reset();
+    GangExited(r.spec->id, now, false);
     Event(ReplayEvent::Kind::kRequeued, r.spec->id, now, std::move(why));
   }
 
   void Finish(JobRun& r, Timestamp at, ReplayState state) {
     r.state = state;
     r.outcome.end = Offset(at);
-    r.attained += (at - r.start) * r.Gpus();
     r.replicas.clear();
+    // A job stopped at its time limit is killed; one that is done exits 0.
+    if (state == ReplayState::kTimedOut) {
+      if (state_.FindJob(r.spec->id) != nullptr) {
+        Apply(lifecycle::GangExited{r.spec->id, 0, SIGKILL}, at);
+      }
+    } else {
+      GangExited(r.spec->id, at, true);
+    }
     Event(state == ReplayState::kTimedOut ? ReplayEvent::Kind::kTimedOut
                                           : ReplayEvent::Kind::kSucceeded,
           r.spec->id, at, "ran " + FormatDuration(at - r.start));
   }
 
-  sched::Snapshot BuildSnapshot(Timestamp now) const {
-    sched::Snapshot s;
-    s.now = now;
-    s.nodes = nodes_;
-    s.queues = sc_.queues;
-    for (const auto& [id, r] : jobs_) {
-      const ScenarioJob& j = *r.spec;
-      if (r.state == ReplayState::kRunning || r.state == ReplayState::kPreempting) {
-        sched::RunningJob rj;
-        rj.id = id;
-        rj.tenant = j.tenant;
-        rj.queue = j.queue;
-        rj.priority = r.priority->value;
-        rj.preemptible = r.priority->preemptible;
-        rj.per_replica = j.per_replica;
-        rj.replicas = r.replicas;
-        rj.start_time = r.start;
-        rj.last_checkpoint = r.last_checkpoint;
-        rj.time_limit = j.time_limit;
-        rj.preempting = r.state == ReplayState::kPreempting;
-        s.running.push_back(std::move(rj));
-      } else if (r.state == ReplayState::kPending) {
-        sched::PendingJob pj;
-        pj.id = id;
-        pj.name = j.name;
-        pj.tenant = j.tenant;
-        pj.queue = j.queue;
-        pj.priority = r.priority->value;
-        pj.preemptible = r.priority->preemptible;
-        pj.replicas = j.replicas;
-        pj.min_replicas = j.min_replicas;
-        pj.per_replica = j.per_replica;
-        pj.topology = j.topology;
-        pj.submit_time = r.submit_time;
-        pj.eligible_time = r.submit_time;
-        pj.time_limit = j.time_limit;
-        pj.excluded_nodes = j.exclude;
-        pj.held = r.held;
-        pj.attained_service = r.attained;
-        s.pending.push_back(std::move(pj));
-      }
-    }
-    return s;
-  }
-
-  void Apply(const sched::Decisions& d, Timestamp now) {
+  void ApplyDecisions(const sched::Decisions& d, Timestamp now) {
+    Result<lifecycle::Effects> fx = lifecycle::ApplyDecisions(state_, d, nullptr, now);
+    TY_CHECK_MSG(fx.ok(), "replay: the job lifecycle refused a pass's decisions");
     for (const sched::Bind& b : d.binds) {
       auto it = jobs_.find(b.job);
       if (it == jobs_.end() || it->second.state != ReplayState::kPending) continue;
       JobRun& r = it->second;
+      Apply(lifecycle::GangRunning{b.job}, now);
       r.state = ReplayState::kRunning;
       r.start = now;
       r.replicas = b.replicas;
@@ -601,6 +345,8 @@ class Replayer {
       if (it == jobs_.end() || it->second.state != ReplayState::kPending) continue;
       it->second.state = ReplayState::kInfeasible;
       it->second.outcome.reason = inf.reason;
+      // Never considered again: this cluster does not change.
+      Apply(lifecycle::CancelJob{inf.job, "scenario"}, now);
     }
     for (const sched::Bind& b : d.binds) {
       if (auto it = jobs_.find(b.job); it != jobs_.end()) it->second.outcome.reason.clear();
@@ -608,7 +354,7 @@ class Replayer {
   }
 
   const Scenario& sc_;
-  std::vector<Node> nodes_;
+  lifecycle::ClusterState state_;
   std::map<JobId, JobRun> jobs_;
   ReplayResult result_;
   std::vector<ReplayEvent>* events_ = nullptr;

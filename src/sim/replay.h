@@ -15,20 +15,21 @@
 //  (c) The step's own events apply, in this order: node_state (a node going Down
 //      requeues the jobs on it), finish, checkpoint, submit, hold, release.
 //
-// Then the Snapshot is built (nodes with their current state; running jobs with
-// placements, priority value and preemptible flag of their class, start time, last
-// checkpoint, time limit and preempting flag; pending jobs with submit time,
-// eligible time = submit time, held flag, excluded nodes and the GPU-time they
-// received so far), Schedule runs, and its decisions apply: a bind starts the job
-// at `at`; a preemption marks the victim preempting (it keeps its GPUs until (a));
-// an infeasible job is rejected and never considered again.
+// Then the Snapshot is taken (lifecycle::SnapshotBuilder, as the server's: nodes with
+// their current state; running jobs with placements, priority and preemptible flag of
+// their class, start time, last checkpoint, time limit and preempting flag; pending
+// jobs with submit time, held flag, excluded nodes and their attained service),
+// Schedule runs, and its decisions apply: a bind starts the job at `at`; a preemption
+// marks the victim preempting (it keeps its GPUs until (a)); an infeasible job is
+// rejected and never considered again.
 //
-// Each pass's decisions are also checked against the scheduler's contracts (every
-// pending job answered once; binds whole, on Ready nodes, on free GPUs of the right
-// type, inside the hard topology constraint, off excluded nodes, within queue
-// limits; victims preemptible, past min_runtime and of lower priority unless their
-// queue is borrowing; nothing bound onto a reservation that it would delay). Any
-// breach is recorded as a violation of that step.
+// Each pass's decisions are also checked against the scheduler's contract
+// (sched::CheckDecisions, sched/contract.h). Any breach is recorded as a violation of
+// that step.
+//
+// The jobs are the job lifecycle's (lifecycle/lifecycle.h), as in the server and the
+// trace simulator: the replay plays the scenario's events and what its jobs do by
+// themselves to it, and records what it saw.
 //
 // Thread-safety: a pure function of its input.
 #pragma once

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/names.h"
+#include "lifecycle/lifecycle.h"
 #include "sched/schedule.h"
 #include "sim/traces.h"
 
@@ -19,8 +22,8 @@ namespace {
 
 using std::chrono::duration_cast;
 
-constexpr int64_t kPodIdStride = 1 << 16;  // k8s-default: pod id = job id * stride + replica
-constexpr Duration kPodCreationGap{100};   // between a job's pods, as a controller makes them
+// k8s-default: pod id = replica * stride + job id (job ids stay below the stride).
+constexpr int64_t kPodIdStride = int64_t{1} << 32;
 
 enum class Mode { kGang, kPods, kLas };
 
@@ -78,17 +81,18 @@ Result<PolicyEntry> FindPolicy(std::string_view name) {
   return InvalidArgument(msg);
 }
 
-enum class JobState { kFuture, kPending, kRunning, kPreempting, kDone, kRejected };
+// Where a trace job is in the simulated world (its lifecycle state is the
+// ClusterState's; this is what the simulator needs on top to play the workload).
+enum class SimState { kFuture, kPending, kRunning, kPreempting, kDone, kRejected };
 
 struct SimJob {
   const TraceJob* trace = nullptr;
   JobId id = 0;
-  JobState state = JobState::kFuture;
+  SimState state = SimState::kFuture;
   Duration submit{0};
-  int64_t gpus = 0;   // per replica
-  int32_t share = 0;  // 1..999: per replica, thousandths of its one GPU; 0: whole GPUs
-  int32_t priority = 0;
-  bool preemptible = true;
+  int64_t gpus = 0;            // per replica
+  int32_t share = 0;           // 1..999: per replica, thousandths of its one GPU; 0: whole GPUs
+  std::string priority_class;  // a class the cluster knows (unknown ones run as normal)
   Duration checkpoint_interval{0};
   // Progress: work kept (as of the last checkpoint), and the current attempt.
   Duration saved{0};
@@ -96,7 +100,8 @@ struct SimJob {
   Duration productive_from{0};  // attempt_start + restart overhead
   int64_t attempt = 0;          // increments per start; stale events carry old values
   std::vector<sched::Placement> placements;
-  // k8s-default: replicas placed so far (each holds its GPUs as a running entry).
+  // k8s-default: replicas placed so far (each a lifecycle job of its own holding its
+  // GPUs until the whole job has run).
   struct Pod {
     JobId id;
     sched::Placement placement;
@@ -152,6 +157,11 @@ int64_t FillDemand(const TraceJob& t, bool gpu_sharing) {
   return ReplicaGpus(t) * t.replicas * (share > 0 ? share : sched::kWholeGpu);
 }
 
+// The simulator drives the job lifecycle the server runs (lifecycle/lifecycle.h) with
+// the events of a simulated world: jobs arrive, their gangs run once bound, complete
+// their work, checkpoint, stop when preempted or when a node fails. Jobs, snapshots
+// and what the scheduler's decisions do are the lifecycle's; the simulator keeps only
+// the workload's progress and its measurements.
 class Simulator {
  public:
   Simulator(const Trace& trace, const ClusterSpec& cluster, const SimOptions& options,
@@ -160,26 +170,27 @@ class Simulator {
         cluster_(cluster),
         opt_(options),
         entry_(std::move(policy)),
-        rng_(options.seed) {}
+        rng_(options.seed),
+        state_(LifecycleOptionsFor(entry_, options)) {}
 
   Result<SimResult> Run() {
-    Setup();
+    TY_RETURN_IF_ERROR(Setup());
     while (true) {
       Duration next = NextTime();
       if (next == kNever) break;
       Advance(next);
       // Everything that happens at this instant, then at most one pass.
       while (next_arrival_ < jobs_.size() && jobs_[order_[next_arrival_]].submit == now_) {
-        Arrive(order_[next_arrival_++]);
+        TY_RETURN_IF_ERROR(Arrive(order_[next_arrival_++]));
       }
       while (!events_.empty() && events_.top().time == now_) {
         Event e = events_.top();
         events_.pop();
-        Handle(e);
+        TY_RETURN_IF_ERROR(Handle(e));
       }
       if (dirty_) {
         if (now_ >= next_pass_) {
-          Pass();
+          TY_RETURN_IF_ERROR(Pass());
         } else if (!tick_pending_) {
           Push(Event::kTick, next_pass_, 0, 0);
           tick_pending_ = true;
@@ -193,8 +204,8 @@ class Simulator {
   // The fill experiment (FillOptions): the trace's jobs arrive in order, one pass
   // each, and stay; a job the pass does not start fails. Events (completions) are
   // never processed: nothing ends.
-  FillResult RunFill() {
-    Setup();
+  Result<FillResult> RunFill() {
+    TY_RETURN_IF_ERROR(Setup());
     FillResult out;
     FillSummary& s = out.summary;
     s.policy = std::string(entry_.name);
@@ -204,21 +215,16 @@ class Simulator {
     for (size_t i : order_) {
       SimJob& j = jobs_[i];
       now_ = j.submit;
-      Arrive(i);
-      Pass();
+      TY_RETURN_IF_ERROR(Arrive(i));
+      TY_RETURN_IF_ERROR(Pass());
       arrived_milli += FillDemand(*j.trace, opt_.gpu_sharing);
-      if (j.state == JobState::kPending) {  // not placed by its pass
-        if (entry_.mode == Mode::kPods) {
-          RemovePendingPods(i);  // pods already placed keep their GPUs, as in Kubernetes
-        } else {
-          RemovePending(j.id);
-        }
-        j.state = JobState::kRejected;
-        --pending_count_;
+      if (j.state == SimState::kPending) {  // not placed by its pass
+        // Pods already placed keep their GPUs, as in Kubernetes.
+        TY_RETURN_IF_ERROR(Reject(i));
       }
       const double arrived = static_cast<double>(arrived_milli) / sched::kWholeGpu;
       const double allocated = static_cast<double>(allocated_milli_) / sched::kWholeGpu;
-      if (j.state == JobState::kRejected) {
+      if (j.state == SimState::kRejected) {
         ++s.failed;
         if (s.first_failure_arrived < 0) s.first_failure_arrived = arrived / s.capacity_gpus;
       } else {
@@ -227,7 +233,7 @@ class Simulator {
       if (s.unallocated_gpus_at_capacity < 0 && arrived >= s.capacity_gpus) {
         s.unallocated_gpus_at_capacity = s.capacity_gpus - allocated;
       }
-      out.curve.push_back({j.trace->id, j.state != JobState::kRejected, arrived, allocated});
+      out.curve.push_back({j.trace->id, j.state != SimState::kRejected, arrived, allocated});
     }
     s.jobs = static_cast<int64_t>(order_.size());
     s.arrived_gpus = static_cast<double>(arrived_milli) / sched::kWholeGpu;
@@ -241,32 +247,32 @@ class Simulator {
  private:
   static constexpr Duration kNever = Duration::max();
 
-  void Setup() {
-    // The snapshot lists nodes by name, the order the scheduler keeps them in: given
-    // any other order, every pass would sort them again. The simulator's own node
-    // numbers stay the cluster's; snap_pos_ maps them.
-    snap_pos_.resize(cluster_.nodes.size());
-    {
-      std::vector<size_t> by_name(cluster_.nodes.size());
-      for (size_t i = 0; i < by_name.size(); ++i) by_name[i] = i;
-      std::stable_sort(by_name.begin(), by_name.end(), [&](size_t a, size_t b) {
-        return cluster_.nodes[a].name < cluster_.nodes[b].name;
-      });
-      snap_.nodes.reserve(by_name.size());
-      for (size_t i : by_name) {
-        snap_pos_[i] = snap_.nodes.size();
-        snap_.nodes.push_back(cluster_.nodes[i]);
-      }
+  static lifecycle::LifecycleOptions LifecycleOptionsFor(const PolicyEntry& entry,
+                                                         const SimOptions& o) {
+    lifecycle::LifecycleOptions l;
+    l.policy = entry.policy;
+    l.record = false;
+    l.agents = false;
+    l.check_tenancy = false;  // the cluster lists its queues; every trace job is let in
+    l.max_unfinished_jobs_per_tenant = std::numeric_limits<int64_t>::max();
+    l.keep_index = o.keep_index;
+    return l;
+  }
+
+  Status Setup() {
+    for (const auto& pc : DefaultPriorityClasses()) state_.classes[pc.name] = pc;
+    for (const auto& pc : cluster_.priority_classes) state_.classes[pc.name] = pc;
+    for (const Queue& q : cluster_.queues) state_.queues[{q.tenant, q.name}] = q;
+    for (const Node& n : cluster_.nodes) {
+      lifecycle::NodeEntry& e = state_.nodes[n.name];
+      e.node = n;
+      e.connected = true;
+      e.set_state = n.state;
+      total_gpus_ += static_cast<int64_t>(n.gpus.size());
     }
-    snap_.queues = cluster_.queues;
-    if (opt_.keep_index) kept_ = std::make_unique<sched::SnapshotIndex>(snap_);
-    std::map<std::string, PriorityClass> classes;
-    for (const auto& pc : DefaultPriorityClasses()) classes[pc.name] = pc;
-    for (const auto& pc : cluster_.priority_classes) classes[pc.name] = pc;
-    for (const Node& n : cluster_.nodes) total_gpus_ += static_cast<int64_t>(n.gpus.size());
-    node_index_.reserve(cluster_.nodes.size());
-    for (size_t i = 0; i < cluster_.nodes.size(); ++i) node_index_[cluster_.nodes[i].name] = i;
-    node_jobs_.resize(cluster_.nodes.size());
+    // The snapshot lists nodes by name (SnapshotBuilder), queues as the cluster has them.
+    state_.snapshot.SetNodes(cluster_.nodes);
+    state_.snapshot.SetQueues(cluster_.queues);
 
     jobs_.resize(trace_.jobs.size());
     const double lf = opt_.load_factor > 0 ? opt_.load_factor : 1.0;
@@ -278,9 +284,7 @@ class Simulator {
       j.submit = Duration(static_cast<int64_t>(static_cast<double>(t.submit.count()) / lf));
       j.gpus = ReplicaGpus(t);
       j.share = ReplicaShare(t, opt_.gpu_sharing);
-      auto pc = classes.find(t.priority_class);
-      j.priority = pc != classes.end() ? pc->second.value : 100;
-      j.preemptible = pc != classes.end() ? pc->second.preemptible : true;
+      j.priority_class = state_.classes.contains(t.priority_class) ? t.priority_class : "normal";
       j.checkpoint_interval = t.checkpoint_interval.count() > 0 ? t.checkpoint_interval
                                                                 : opt_.default_checkpoint_interval;
       j.record.id = t.id;
@@ -299,6 +303,7 @@ class Simulator {
     sample_every_ = opt_.sample_interval.count() > 0
                         ? opt_.sample_interval
                         : std::max(Duration(60'000), Duration(trace_end_.count() / 2000 + 1));
+    return Status::Ok();
   }
 
   Duration NextTime() const {
@@ -348,145 +353,107 @@ class Simulator {
     Push(Event::kNodeFail, when, static_cast<int64_t>(n), 0);
   }
 
-  // --- job lifecycle ------------------------------------------------------------------
+  // --- the lifecycle --------------------------------------------------------------------
 
-  void Arrive(size_t i) {
+  // Applies `event` at `at` (now, unless the event says when it happened).
+  Status Apply(const lifecycle::Event& event, Duration at) {
+    // When to run a pass is the simulator's to decide (a scheduler loop's): it marks
+    // itself dirty where something arrives or leaves.
+    return lifecycle::Apply(state_, event, Timestamp(at)).status();
+  }
+  Status Apply(const lifecycle::Event& event) { return Apply(event, now_); }
+
+  void Report(WorldEvent::Kind kind, JobId job, int32_t code = 0, std::string node = "",
+              std::optional<Duration> at = std::nullopt) {
+    if (opt_.on_world_event) {
+      opt_.on_world_event({kind, at.value_or(now_), job, code, std::move(node)});
+    }
+  }
+
+  // The lifecycle job of `j` (gang mode) or of its pod `replica` (k8s-default).
+  JobSpec SpecOf(const SimJob& j, int replicas) const {
+    const TraceJob& t = *j.trace;
+    JobSpec s;
+    s.name = t.id;
+    s.tenant = t.tenant;
+    s.queue = t.queue;
+    s.priority = j.priority_class;
+    s.replicas = replicas;
+    s.min_replicas = replicas;
+    s.resources.gpus = j.gpus;
+    s.resources.gpu_milli = j.share;
+    s.resources.gpu_type = t.gpu_type;
+    s.resources.milli_cpus = t.milli_cpus;
+    s.resources.memory_bytes = t.memory_bytes;
+    s.topology = t.topology;
+    s.time_limit = TimeLimit(j);
+    return s;
+  }
+
+  Status Submit(JobSpec spec, JobId id, Duration at) {
+    lifecycle::SubmitJobs e;
+    e.specs.push_back(std::move(spec));
+    e.first_id = id;
+    e.actor = "simulator";
+    return Apply(e, at);
+  }
+
+  Status Arrive(size_t i) {
     SimJob& j = jobs_[i];
     ++event_count_;
-    j.state = JobState::kPending;
-    AddPending(i);
+    j.state = SimState::kPending;
+    Report(WorldEvent::Kind::kArrive, j.id);
+    return AddPending(i);
   }
 
-  sched::PendingJob MakePending(const SimJob& j, int replicas, JobId id) const {
-    const TraceJob& t = *j.trace;
-    sched::PendingJob p;
-    p.id = id;
-    p.name = t.id;
-    p.tenant = t.tenant;
-    p.queue = t.queue;
-    p.priority = j.priority;
-    p.preemptible = j.preemptible;
-    p.replicas = replicas;
-    p.min_replicas = replicas;
-    p.per_replica.gpus = j.gpus;
-    p.per_replica.gpu_milli = j.share;
-    p.per_replica.gpu_type = t.gpu_type;
-    p.per_replica.milli_cpus = t.milli_cpus;
-    p.per_replica.memory_bytes = t.memory_bytes;
-    p.topology = t.topology;
-    p.submit_time = Timestamp(j.submit);
-    p.eligible_time = Timestamp(j.submit);
-    p.time_limit = TimeLimit(j);
-    p.attained_service = Duration(j.saved.count() * std::max<int64_t>(j.gpus * t.replicas, 1));
-    return p;
-  }
-
-  void AddPending(size_t i) {
+  // The job (again) waits for the scheduler: one lifecycle job, or one per pod.
+  Status AddPending(size_t i) {
     SimJob& j = jobs_[i];
     ++pending_count_;
     dirty_ = true;
-    if (entry_.mode == Mode::kPods) {
-      // A job controller creates pods one after another; pods of jobs submitted
-      // together interleave in the scheduling queue (ordered by creation time).
-      for (int r = 0; r < j.trace->replicas; ++r) {
-        sched::PendingJob pod = MakePending(j, 1, j.id * kPodIdStride + r);
-        pod.submit_time += kPodCreationGap * r;
-        InsertPending(std::move(pod), i);
-      }
-      return;
+    if (entry_.mode != Mode::kPods) {
+      // A requeued job is Pending again in the lifecycle already.
+      if (state_.FindJob(j.id) != nullptr) return Status::Ok();
+      return Submit(SpecOf(j, j.trace->replicas), j.id, j.submit);
     }
-    sched::PendingJob p = MakePending(j, j.trace->replicas, j.id);
-    if (entry_.mode == Mode::kLas) p.priority = LasPriority(p.attained_service);
-    InsertPending(std::move(p), i);
-  }
-
-  // LAS: less attained service, higher priority; coarse levels (as the ordering).
-  static constexpr int64_t kLasLevels[] = {3'600'000, 16 * 3'600'000};  // GPU-ms
-  static int32_t LasPriority(Duration attained) {
-    const int64_t ms = attained.count();
-    if (ms < kLasLevels[0]) return 300;
-    if (ms < kLasLevels[1]) return 200;
-    return 100;
-  }
-
-  // LAS: when running job `i` next reaches a level of attained service, if it will.
-  void PushNextLasLevel(size_t i) {
-    const SimJob& j = jobs_[i];
-    const int64_t gpus = std::max<int64_t>(j.gpus * j.trace->replicas, 1);
-    const int64_t attained = Attained(j).count();
-    for (int64_t level : kLasLevels) {
-      if (attained >= level) continue;
-      const Duration progress((level + gpus - 1) / gpus);  // the least that reaches it
-      las_levels_.push({j.productive_from + (progress - j.saved), i, j.attempt});
-      return;
+    // A job controller creates pods one after another, and pods of jobs submitted
+    // together interleave in the scheduling queue: every pod is submitted (and
+    // eligible) when its job is, and the queue's tie-break on ids, replica-major,
+    // puts replica r of every such job before replica r + 1 of any.
+    for (int r = 0; r < j.trace->replicas; ++r) {
+      TY_RETURN_IF_ERROR(Submit(SpecOf(j, 1), PodId(j, r), j.submit));
     }
+    return Status::Ok();
   }
 
-  void InsertPending(sched::PendingJob p, size_t job) {
-    pending_pos_[p.id] = snap_.pending.size();
-    pending_owner_[p.id] = job;
-    snap_.pending.push_back(std::move(p));
+  static JobId PodId(const SimJob& j, int replica) { return replica * kPodIdStride + j.id; }
+  // The trace job a lifecycle job id belongs to.
+  size_t Owner(JobId id) const {
+    const JobId job = entry_.mode == Mode::kPods ? id % kPodIdStride : id;
+    return static_cast<size_t>(job - 1);
   }
 
-  void RemovePending(JobId id) {
-    auto it = pending_pos_.find(id);
-    if (it == pending_pos_.end()) return;
-    size_t pos = it->second;
-    pending_pos_.erase(it);
-    pending_owner_.erase(id);
-    if (pos + 1 != snap_.pending.size()) {
-      snap_.pending[pos] = std::move(snap_.pending.back());
-      pending_pos_[snap_.pending[pos].id] = pos;
+  // GPUs (thousandths) a lifecycle job holds while bound, for utilisation.
+  void Hold(JobId id, const std::vector<sched::Placement>& placements, int share) {
+    int64_t milli = 0;
+    for (const auto& p : placements) {
+      milli += static_cast<int64_t>(p.gpus.size()) * (share > 0 ? share : sched::kWholeGpu);
     }
-    snap_.pending.pop_back();
+    held_milli_[id] = milli;
+    allocated_milli_ += milli;
   }
-
-  void InsertRunning(sched::RunningJob r, size_t job) {
-    running_pos_[r.id] = snap_.running.size();
-    running_owner_[r.id] = job;
-    const int weight = GpuWeight(r.per_replica);
-    for (const auto& p : r.replicas) {
-      allocated_milli_ += static_cast<int64_t>(p.gpus.size()) * weight;
-      auto n = node_index_.find(p.node);
-      if (n != node_index_.end()) node_jobs_[n->second].push_back(r.id);
-    }
-    snap_.running.push_back(std::move(r));
-    if (kept_) kept_->RunningAdded(snap_.running.back());
-  }
-
-  void RemoveRunning(JobId id) {
-    auto it = running_pos_.find(id);
-    if (it == running_pos_.end()) return;
-    size_t pos = it->second;
-    if (kept_) kept_->RunningRemoved(snap_.running[pos]);
-    const int weight = GpuWeight(snap_.running[pos].per_replica);
-    for (const auto& p : snap_.running[pos].replicas) {
-      allocated_milli_ -= static_cast<int64_t>(p.gpus.size()) * weight;
-      auto n = node_index_.find(p.node);
-      if (n != node_index_.end()) {
-        auto& v = node_jobs_[n->second];
-        v.erase(std::remove(v.begin(), v.end(), id), v.end());
-      }
-    }
-    running_pos_.erase(it);
-    running_owner_.erase(id);
-    if (pos + 1 != snap_.running.size()) {
-      snap_.running[pos] = std::move(snap_.running.back());
-      running_pos_[snap_.running[pos].id] = pos;
-    }
-    snap_.running.pop_back();
-  }
-
-  sched::RunningJob* Running(JobId id) {
-    auto it = running_pos_.find(id);
-    return it == running_pos_.end() ? nullptr : &snap_.running[it->second];
+  void Unhold(JobId id) {
+    auto it = held_milli_.find(id);
+    if (it == held_milli_.end()) return;
+    allocated_milli_ -= it->second;
+    held_milli_.erase(it);
   }
 
   // The job's whole gang is placed: it starts now.
   void Start(size_t i, std::vector<sched::Placement> placements) {
     SimJob& j = jobs_[i];
     --pending_count_;
-    j.state = JobState::kRunning;
+    j.state = SimState::kRunning;
     ++running_jobs_;
     j.placements = std::move(placements);
     j.attempt_start = now_;
@@ -503,23 +470,6 @@ class Simulator {
         j.checkpoint_interval.count() > 0) {
       checkpoints_.push({j.productive_from + j.checkpoint_interval, i, j.attempt});
     }
-    if (entry_.mode == Mode::kPods) return;  // pods are already in the running list
-    if (entry_.mode == Mode::kLas) PushNextLasLevel(i);
-    sched::RunningJob r;
-    r.id = j.id;
-    r.tenant = j.trace->tenant;
-    r.queue = j.trace->queue;
-    r.priority = entry_.mode == Mode::kLas ? LasPriority(Attained(j)) : j.priority;
-    r.preemptible = j.preemptible;
-    r.per_replica.gpus = j.gpus;
-    r.per_replica.gpu_milli = j.share;
-    r.per_replica.gpu_type = j.trace->gpu_type;
-    r.per_replica.milli_cpus = j.trace->milli_cpus;
-    r.per_replica.memory_bytes = j.trace->memory_bytes;
-    r.replicas = j.placements;
-    r.start_time = Timestamp(now_);
-    r.time_limit = TimeLimit(j);
-    InsertRunning(std::move(r), i);
   }
 
   // The job's time limit as the scheduler sees it: the trace's, or an estimate.
@@ -539,14 +489,6 @@ class Simulator {
     return j.saved +
            Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
   }
-  Duration Attained(const SimJob& j) const {
-    return Duration(Progress(j).count() * std::max<int64_t>(j.gpus * j.trace->replicas, 1));
-  }
-  // Thousandths of a GPU one placed GPU of `r` counts for: its share, or all of it.
-  static int GpuWeight(const Resources& r) {
-    const int share = sched::ShareOf(r);
-    return share > 0 ? share : sched::kWholeGpu;
-  }
   // `d` on `placement`'s GPUs as GPU-time: shares count for their part of a GPU.
   Duration GpuTime(const SimJob& j, const sched::Placement& placement, Duration d) const {
     const int64_t milli =
@@ -559,8 +501,10 @@ class Simulator {
     return sum;
   }
 
-  // Ends the running attempt: done, or interrupted (back to pending).
-  void EndAttempt(size_t i, bool done, bool failure) {
+  // Ends the running attempt: done, or interrupted (back to pending). The lifecycle
+  // hears that every rank exited: with 0 when done, else stopped by a signal (a
+  // preempted gang or one a node failure broke up is requeued by it).
+  Status EndAttempt(size_t i, bool done, bool failure) {
     SimJob& j = jobs_[i];
     --running_jobs_;
     const Duration held = now_ - j.attempt_start;
@@ -568,7 +512,7 @@ class Simulator {
     if (done) {
       j.record.useful_gpu_time += GpuTime(j, j.trace->duration - j.saved);
       j.saved = j.trace->duration;
-      j.state = JobState::kDone;
+      j.state = SimState::kDone;
       j.record.end = now_;
     } else {
       const Duration kept = LastCheckpointProgress(j);
@@ -579,59 +523,80 @@ class Simulator {
       if (!failure) ++preemptions_;
     }
     ++j.attempt;
+    const int32_t signal = done ? 0 : SIGTERM;
     if (entry_.mode == Mode::kPods) {
-      for (const auto& pod : j.pods) RemoveRunning(pod.id);
+      for (const auto& pod : j.pods) TY_RETURN_IF_ERROR(EndLifecycleJob(pod.id, done, signal));
       j.pods.clear();
     } else {
-      RemoveRunning(j.id);
+      TY_RETURN_IF_ERROR(EndLifecycleJob(j.id, done, signal));
     }
+    Report(WorldEvent::Kind::kExit, j.id, done ? 0 : -signal);
     j.placements.clear();
     dirty_ = true;
     if (!done) {
-      j.state = JobState::kPending;
-      AddPending(i);
+      j.state = SimState::kPending;
+      TY_RETURN_IF_ERROR(AddPending(i));
     }
+    return Status::Ok();
   }
 
-  void Handle(const Event& e) {
+  // Every rank of lifecycle job `id` exited; a pod of a job that is not done is
+  // cancelled (its job's pods are made again).
+  Status EndLifecycleJob(JobId id, bool done, int32_t signal) {
+    Unhold(id);
+    if (entry_.mode == Mode::kPods && !done) {
+      TY_RETURN_IF_ERROR(Apply(lifecycle::CancelJob{id, "simulator"}));
+    }
+    const lifecycle::JobEntry* e = state_.FindJob(id);
+    // A gang whose ranks were all on a failed node was requeued by the lifecycle itself.
+    if (e == nullptr || !e->gang) return Status::Ok();
+    return Apply(lifecycle::GangExited{id, 0, signal});
+  }
+
+  Status Handle(const Event& e) {
     switch (e.kind) {
       case Event::kTick:
         tick_pending_ = false;
         break;
       case Event::kCompletion: {
         SimJob& j = jobs_[e.subject];
-        if (j.attempt != e.attempt || j.state == JobState::kDone) break;
-        if (j.state != JobState::kRunning && j.state != JobState::kPreempting) break;
-        EndAttempt(static_cast<size_t>(e.subject), true, false);
-        break;
+        if (j.attempt != e.attempt || j.state == SimState::kDone) break;
+        if (j.state != SimState::kRunning && j.state != SimState::kPreempting) break;
+        return EndAttempt(static_cast<size_t>(e.subject), true, false);
       }
       case Event::kPreemptExit: {
         SimJob& j = jobs_[e.subject];
-        if (j.attempt != e.attempt || j.state != JobState::kPreempting) break;
-        EndAttempt(static_cast<size_t>(e.subject), false, false);
-        break;
+        if (j.attempt != e.attempt || j.state != SimState::kPreempting) break;
+        return EndAttempt(static_cast<size_t>(e.subject), false, false);
       }
       case Event::kNodeFail: {
         const size_t n = static_cast<size_t>(e.subject);
-        Node& node = snap_.nodes[snap_pos_[n]];
-        if (node.state == NodeState::kNotReady) break;
-        node.state = NodeState::kNotReady;
-        if (kept_) kept_->NodeStateChanged(snap_pos_[n]);
-        down_gpus_ += static_cast<int64_t>(node.gpus.size());
-        std::vector<JobId> victims = node_jobs_[n];
+        const Node& node = cluster_.nodes[n];
+        const lifecycle::NodeEntry* have = state_.FindNode(node.name);
+        if (have == nullptr || have->node.state == NodeState::kNotReady) break;
+        // The trace jobs with GPUs on the node, before the lifecycle gives them up.
         std::vector<size_t> owners;
-        for (JobId id : victims) {
-          auto it = running_owner_.find(id);
-          if (it != running_owner_.end()) owners.push_back(it->second);
+        for (const sched::RunningJob& r : state_.snapshot.current().running) {
+          for (const auto& p : r.replicas) {
+            if (p.node == node.name) {
+              owners.push_back(Owner(r.id));
+              break;
+            }
+          }
         }
         std::sort(owners.begin(), owners.end());
         owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+        TY_RETURN_IF_ERROR(
+            Apply(lifecycle::SetNodeState{node.name, NodeState::kNotReady, "simulator", "failed"}));
+        TY_RETURN_IF_ERROR(Apply(lifecycle::NodeLost{node.name, "failed"}));
+        Report(WorldEvent::Kind::kNodeDown, 0, 0, node.name);
+        down_gpus_ += static_cast<int64_t>(node.gpus.size());
         for (size_t i : owners) {
           SimJob& j = jobs_[i];
-          if (j.state == JobState::kRunning || j.state == JobState::kPreempting) {
-            EndAttempt(i, false, true);
-          } else if (entry_.mode == Mode::kPods && j.state == JobState::kPending) {
-            ReleasePods(i);  // placed pods of a job that never started
+          if (j.state == SimState::kRunning || j.state == SimState::kPreempting) {
+            TY_RETURN_IF_ERROR(EndAttempt(i, false, true));
+          } else if (entry_.mode == Mode::kPods && j.state == SimState::kPending) {
+            TY_RETURN_IF_ERROR(ReleasePods(i));  // placed pods of a job that never started
           }
         }
         Push(Event::kNodeRepair, now_ + opt_.node_repair, e.subject, 0);
@@ -640,107 +605,114 @@ class Simulator {
       }
       case Event::kNodeRepair: {
         const size_t n = static_cast<size_t>(e.subject);
-        Node& node = snap_.nodes[snap_pos_[n]];
-        if (node.state != NodeState::kNotReady) break;
-        node.state = cluster_.nodes[n].state;
-        if (kept_) kept_->NodeStateChanged(snap_pos_[n]);
+        const Node& node = cluster_.nodes[n];
+        const lifecycle::NodeEntry* have = state_.FindNode(node.name);
+        if (have == nullptr || have->node.state != NodeState::kNotReady) break;
+        TY_RETURN_IF_ERROR(
+            Apply(lifecycle::SetNodeState{node.name, node.state, "simulator", "repaired"}));
+        Report(WorldEvent::Kind::kNodeUp, 0, 0, node.name);
         down_gpus_ -= static_cast<int64_t>(node.gpus.size());
         ScheduleFailure(n, now_);
         dirty_ = true;
         break;
       }
     }
+    return Status::Ok();
   }
 
   // k8s-default: a job whose pods are placed but which never started loses them.
-  void ReleasePods(size_t i) {
+  Status ReleasePods(size_t i) {
     SimJob& j = jobs_[i];
     for (const auto& pod : j.pods) {
       j.record.held_idle_gpu_time += GpuTime(j, pod.placement, now_ - pod.since);
-      RemoveRunning(pod.id);
+      TY_RETURN_IF_ERROR(EndLifecycleJob(pod.id, false, SIGTERM));
     }
     j.pods.clear();
-    RemovePendingPods(i);
+    TY_RETURN_IF_ERROR(CancelPendingPods(i));
     --pending_count_;
-    AddPending(i);
+    return AddPending(i);
   }
 
-  void RemovePendingPods(size_t i) {
+  Status CancelPendingPods(size_t i) {
     const SimJob& j = jobs_[i];
-    for (int r = 0; r < j.trace->replicas; ++r) RemovePending(j.id * kPodIdStride + r);
+    for (int r = 0; r < j.trace->replicas; ++r) {
+      const lifecycle::JobEntry* e = state_.FindJob(PodId(j, r));
+      if (e != nullptr && e->job.state == trainyard::JobState::kPending) {
+        TY_RETURN_IF_ERROR(Apply(lifecycle::CancelJob{PodId(j, r), "simulator"}));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // A pending job is never to be placed (infeasible here, or not placed by its pass
+  // in the fill experiment): its lifecycle jobs are cancelled.
+  Status Reject(size_t i) {
+    SimJob& j = jobs_[i];
+    if (j.state != SimState::kPending) return Status::Ok();
+    if (entry_.mode == Mode::kPods) {
+      TY_RETURN_IF_ERROR(CancelPendingPods(i));
+    } else if (state_.FindJob(j.id) != nullptr) {
+      TY_RETURN_IF_ERROR(Apply(lifecycle::CancelJob{j.id, "simulator"}));
+    }
+    j.state = SimState::kRejected;
+    --pending_count_;
+    return Status::Ok();
   }
 
   // --- scheduling ---------------------------------------------------------------------
 
-  // Takes the entries of `queue` due by now; calls fn(job index, job, its running
-  // entry) for those of attempts still running.
-  template <typename Queue, typename Fn>
-  void PopDue(Queue& queue, Fn&& fn) {
-    while (!queue.empty() && queue.top().at <= now_) {
-      const Due due = queue.top();
-      queue.pop();
-      const SimJob& j = jobs_[due.job];
-      if (j.attempt != due.attempt) continue;  // that attempt has ended
-      if (sched::RunningJob* r = Running(j.id)) fn(due.job, j, *r);
-    }
-  }
-
-  void Pass() {
+  Status Pass() {
     dirty_ = false;
     next_pass_ = now_ + opt_.schedule_interval;
-    if (snap_.pending.empty()) return;
-    snap_.now = Timestamp(now_);
-    // LAS: running jobs' priorities, for the jobs that reached a level since the last
-    // pass (a running job's attained service only grows).
-    PopDue(las_levels_, [&](size_t i, const SimJob& j, sched::RunningJob& r) {
-      r.priority = LasPriority(Attained(j));
-      PushNextLasLevel(i);
-    });
+    if (state_.snapshot.pending_count() == 0) return Status::Ok();
     // Each running job's latest checkpoint, for the jobs that completed one since the
     // last pass (a job's first is due one interval after its productive start).
-    PopDue(checkpoints_, [&](size_t i, const SimJob& j, sched::RunningJob& r) {
+    while (!checkpoints_.empty() && checkpoints_.top().at <= now_) {
+      const Due due = checkpoints_.top();
+      checkpoints_.pop();
+      const SimJob& j = jobs_[due.job];
+      if (j.attempt != due.attempt || state_.snapshot.FindRunning(j.id) == nullptr) continue;
       const Duration ran = now_ - j.productive_from;
       const Duration k =
           Duration(ran.count() / j.checkpoint_interval.count() * j.checkpoint_interval.count());
-      r.last_checkpoint = Timestamp(j.productive_from + k);
-      checkpoints_.push({j.productive_from + k + j.checkpoint_interval, i, j.attempt});
-    });
+      const Duration at = j.productive_from + k;
+      lifecycle::ReportCheckpoint c;
+      c.id = j.id;
+      c.path = "checkpoint";
+      c.step = k.count() / j.checkpoint_interval.count();
+      c.actor = "simulator";
+      TY_RETURN_IF_ERROR(Apply(c, at));
+      Report(WorldEvent::Kind::kCheckpoint, j.id, 0, "", at);
+      checkpoints_.push({at + j.checkpoint_interval, due.job, due.attempt});
+    }
     ++passes_;
-    sched::Decisions d = kept_ ? sched::Schedule(snap_, entry_.policy, *kept_)
-                               : sched::Schedule(snap_, entry_.policy);
-    for (const auto& b : d.binds) ApplyBind(b);
-    for (const auto& p : d.preemptions) ApplyPreempt(p);
-    for (const auto& inf : d.infeasible) ApplyInfeasible(inf.job);
+    const sched::Snapshot& snap = state_.snapshot.Prepare(Timestamp(now_));
+    sched::SnapshotIndex* index = state_.snapshot.index();
+    sched::Decisions d =
+        index ? sched::Schedule(snap, entry_.policy, *index) : sched::Schedule(snap, entry_.policy);
+    if (opt_.on_pass) opt_.on_pass(snap, d);
+    TY_ASSIGN_OR_RETURN(lifecycle::Effects fx,
+                        lifecycle::ApplyDecisions(state_, d, nullptr, Timestamp(now_)));
+    (void)fx;
+    for (const auto& b : d.binds) TY_RETURN_IF_ERROR(Bound(b));
+    for (const auto& p : d.preemptions) Preempted(p);
+    for (const auto& inf : d.infeasible) TY_RETURN_IF_ERROR(Reject(Owner(inf.job)));
+    return Status::Ok();
   }
 
-  void ApplyBind(const sched::Bind& b) {
-    auto owner = pending_owner_.find(b.job);
-    if (owner == pending_owner_.end()) return;
-    const size_t i = owner->second;
+  // The lifecycle bound `b` (a pass in place never sees a bind dropped): its ranks run.
+  Status Bound(const sched::Bind& b) {
+    const size_t i = Owner(b.job);
     SimJob& j = jobs_[i];
-    RemovePending(b.job);
+    Hold(b.job, b.replicas, j.share);
+    TY_RETURN_IF_ERROR(Apply(lifecycle::GangRunning{b.job}));
     if (entry_.mode != Mode::kPods) {
       Start(i, b.replicas);
-      return;
+      Report(WorldEvent::Kind::kRunning, j.id);
+      return Status::Ok();
     }
-    // A pod: it holds its GPUs from now on, as a running entry of its own.
-    for (const auto& placement : b.replicas) {
-      sched::RunningJob r;
-      r.id = b.job;
-      r.tenant = j.trace->tenant;
-      r.queue = j.trace->queue;
-      r.priority = j.priority;
-      r.preemptible = false;
-      r.per_replica.gpus = j.gpus;
-      r.per_replica.gpu_milli = j.share;
-      r.per_replica.gpu_type = j.trace->gpu_type;
-      r.per_replica.milli_cpus = j.trace->milli_cpus;
-      r.per_replica.memory_bytes = j.trace->memory_bytes;
-      r.replicas = {placement};
-      r.start_time = Timestamp(now_);
-      j.pods.push_back({b.job, placement, now_});
-      InsertRunning(std::move(r), i);
-    }
+    // A pod: it holds its GPUs from now on; the job runs once all its pods are placed.
+    for (const auto& placement : b.replicas) j.pods.push_back({b.job, placement, now_});
     if (static_cast<int>(j.pods.size()) == j.trace->replicas) {
       std::vector<sched::Placement> all;
       for (const auto& pod : j.pods) {
@@ -748,34 +720,18 @@ class Simulator {
         all.push_back(pod.placement);
       }
       Start(i, all);
+      Report(WorldEvent::Kind::kRunning, j.id);
     }
+    return Status::Ok();
   }
 
-  void ApplyPreempt(const sched::Preempt& p) {
-    auto owner = running_owner_.find(p.job);
-    if (owner == running_owner_.end()) return;
-    SimJob& j = jobs_[owner->second];
-    if (j.state != JobState::kRunning) return;
-    j.state = JobState::kPreempting;
-    if (auto* r = Running(p.job)) r->preempting = true;
-    Push(Event::kPreemptExit, now_ + opt_.preempt_grace, static_cast<int64_t>(owner->second),
-         j.attempt);
-  }
-
-  void ApplyInfeasible(JobId id) {
-    auto owner = pending_owner_.find(id);
-    if (owner == pending_owner_.end()) return;
-    const size_t i = owner->second;
+  // The lifecycle told the gang to stop; it leaves after the grace period.
+  void Preempted(const sched::Preempt& p) {
+    const size_t i = Owner(p.job);
     SimJob& j = jobs_[i];
-    if (entry_.mode == Mode::kPods) {
-      RemovePendingPods(i);
-    } else {
-      RemovePending(id);
-    }
-    if (j.state == JobState::kPending) {
-      j.state = JobState::kRejected;
-      --pending_count_;
-    }
+    if (j.state != SimState::kRunning) return;
+    j.state = SimState::kPreempting;
+    Push(Event::kPreemptExit, now_ + opt_.preempt_grace, static_cast<int64_t>(i), j.attempt);
   }
 
   // --- results --------------------------------------------------------------------------
@@ -865,8 +821,8 @@ class Simulator {
   const SimOptions& opt_;
   PolicyEntry entry_;
   std::mt19937_64 rng_;
+  lifecycle::ClusterState state_;
 
-  sched::Snapshot snap_;
   std::vector<SimJob> jobs_;
   std::vector<size_t> order_;  // job indices by submit time
   size_t next_arrival_ = 0;
@@ -879,24 +835,16 @@ class Simulator {
   Duration trace_end_{0};
   uint64_t progress_counter_ = 0;
 
-  std::unordered_map<JobId, size_t> pending_pos_, running_pos_;
-  std::unordered_map<JobId, size_t> pending_owner_, running_owner_;
-  std::unordered_map<std::string, size_t> node_index_;
-  std::vector<std::vector<JobId>> node_jobs_;
-  std::vector<size_t> snap_pos_;  // cluster node number -> position in snap_.nodes
-  // When a running job's attempt next changes what the scheduler sees of it, earliest
-  // first; entries of attempts that have ended are skipped.
+  // When a running job's attempt next completes a checkpoint, earliest first;
+  // entries of attempts that have ended are skipped.
   struct Due {
     Duration at;
     size_t job;
     int64_t attempt;
     bool operator>(const Due& o) const { return at > o.at; }
   };
-  using DueQueue = std::priority_queue<Due, std::vector<Due>, std::greater<>>;
-  DueQueue checkpoints_;  // its next completed checkpoint
-  DueQueue las_levels_;   // LAS: its next level of attained service
-  // What every pass derives from the nodes and running jobs, kept in step with snap_.
-  std::unique_ptr<sched::SnapshotIndex> kept_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> checkpoints_;
+  std::unordered_map<JobId, int64_t> held_milli_;  // by lifecycle job, while bound
 
   int64_t total_gpus_ = 0;
   int64_t down_gpus_ = 0;

@@ -34,10 +34,30 @@
 #include <vector>
 
 #include "core/status.h"
+#include "sched/decisions.h"
 #include "sched/policy.h"
 #include "sim/trace.h"
 
 namespace trainyard::sim {
+
+// What happened in the simulated world, as the server would hear of it, reported to
+// SimOptions::on_world_event: for tests that drive another user of the job lifecycle
+// (the server) through the same history.
+struct WorldEvent {
+  enum class Kind {
+    kArrive,      // job submitted
+    kRunning,     // every rank of its new attempt runs
+    kExit,        // every rank exited: code 0 (work done), or -signal (stopped)
+    kCheckpoint,  // it completed a checkpoint at `at` (reported when a pass needs it)
+    kNodeDown,    // `node` failed
+    kNodeUp,      // `node` is back
+  };
+  Kind kind = Kind::kArrive;
+  Duration at{0};  // virtual time, as the simulator reached it
+  JobId job = 0;   // the trace job's number: its index + 1
+  int32_t code = 0;
+  std::string node;
+};
 
 struct SimOptions {
   std::string policy = "trainyard";
@@ -79,6 +99,10 @@ struct SimOptions {
   // Called now and then with (virtual time reached, trace end estimate), for a
   // progress bar. May be empty.
   std::function<void(Duration, Duration)> progress;
+  // Called with each pass's snapshot and decisions, and with each event of the
+  // simulated world (WorldEvent). May be empty.
+  std::function<void(const sched::Snapshot&, const sched::Decisions&)> on_pass;
+  std::function<void(const WorldEvent&)> on_world_event;
 };
 
 struct JobRecord {
