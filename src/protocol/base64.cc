@@ -1,45 +1,47 @@
 #include "protocol/base64.h"
 
-#include <openssl/evp.h>
-
 #include <array>
 #include <cstdint>
 
 namespace trainyard::protocol {
 namespace {
 
-// OpenSSL takes lengths as int: work in pieces well below INT_MAX, a multiple of 3
-// bytes (4 characters) so that the pieces join without padding between them.
-constexpr size_t kEncodePiece = 3 << 20;
-constexpr size_t kDecodePiece = 4 << 20;
+constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+constexpr int8_t kNotDigit = -1;
 
-constexpr std::array<bool, 256> AlphabetTable() {
-  std::array<bool, 256> in{};
-  for (unsigned char c = 'A'; c <= 'Z'; ++c) in[c] = true;
-  for (unsigned char c = 'a'; c <= 'z'; ++c) in[c] = true;
-  for (unsigned char c = '0'; c <= '9'; ++c) in[c] = true;
-  in['+'] = true;
-  in['/'] = true;
-  return in;
+// The value of each character of the alphabet; kNotDigit for the rest ("=" included).
+constexpr std::array<int8_t, 256> ValueTable() {
+  std::array<int8_t, 256> value{};
+  value.fill(kNotDigit);
+  for (int i = 0; i < 64; ++i)
+    value[static_cast<unsigned char>(kDigits[i])] = static_cast<int8_t>(i);
+  return value;
 }
-constexpr std::array<bool, 256> kAlphabet = AlphabetTable();
-
-const unsigned char* Bytes(std::string_view s) {
-  return reinterpret_cast<const unsigned char*>(s.data());
-}
+constexpr std::array<int8_t, 256> kValue = ValueTable();
 
 }  // namespace
 
 std::string EncodeBase64(std::string_view bytes) {
-  const size_t chars = (bytes.size() + 2) / 3 * 4;
-  std::string out(chars + 1, '\0');  // EVP_EncodeBlock ends each piece with a NUL
-  size_t written = 0;
-  for (size_t at = 0; at < bytes.size(); at += kEncodePiece) {
-    const std::string_view piece = bytes.substr(at, kEncodePiece);
-    written += static_cast<size_t>(EVP_EncodeBlock(reinterpret_cast<unsigned char*>(&out[written]),
-                                                   Bytes(piece), static_cast<int>(piece.size())));
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  const auto byte = [&](size_t i) {
+    return static_cast<uint32_t>(static_cast<unsigned char>(bytes[i]));
+  };
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = byte(i) << 16 | byte(i + 1) << 8 | byte(i + 2);
+    out += kDigits[v >> 18 & 63];
+    out += kDigits[v >> 12 & 63];
+    out += kDigits[v >> 6 & 63];
+    out += kDigits[v & 63];
   }
-  out.resize(chars);
+  if (const size_t rest = bytes.size() - i; rest > 0) {
+    const uint32_t v = byte(i) << 16 | (rest == 2 ? byte(i + 1) << 8 : 0);
+    out += kDigits[v >> 18 & 63];
+    out += kDigits[v >> 12 & 63];
+    out += rest == 2 ? kDigits[v >> 6 & 63] : '=';
+    out += '=';
+  }
   return out;
 }
 
@@ -48,28 +50,27 @@ Result<std::string> DecodeBase64(std::string_view text, std::string_view field) 
     return InvalidArgument(std::string(field) + ": not base64: the length, " +
                            std::to_string(text.size()) + ", is not a multiple of 4");
   }
-  // EVP_DecodeBlock trims whitespace at both ends, ignores '-' and line breaks at the
-  // end and reads '=' anywhere as zero bits: check the text is canonical first.
   size_t padding = 0;
   if (!text.empty() && text.back() == '=') padding = text[text.size() - 2] == '=' ? 2 : 1;
   const size_t body = text.size() - padding;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  uint32_t bits = 0;
+  int pending = 0;  // bits held in `bits` not yet written out
   for (size_t i = 0; i < body; ++i) {
-    if (!kAlphabet[static_cast<unsigned char>(text[i])]) {
+    const int8_t v = kValue[static_cast<unsigned char>(text[i])];
+    if (v == kNotDigit) {
       return InvalidArgument(std::string(field) + ": not base64 at byte " + std::to_string(i) +
                              (text[i] == '=' ? " (padding before the end)" : ""));
     }
+    bits = (bits << 6 | static_cast<uint32_t>(v)) & 0xffffff;
+    pending += 6;
+    if (pending >= 8) {
+      pending -= 8;
+      out += static_cast<char>(bits >> pending & 0xff);
+    }
   }
-  std::string out(text.size() / 4 * 3, '\0');
-  size_t written = 0;
-  for (size_t at = 0; at < text.size(); at += kDecodePiece) {
-    const std::string_view piece = text.substr(at, kDecodePiece);
-    const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(&out[written]), Bytes(piece),
-                                  static_cast<int>(piece.size()));
-    if (n < 0) return InvalidArgument(std::string(field) + ": not base64");
-    written += static_cast<size_t>(n);
-  }
-  // EVP_DecodeBlock counts the zero bytes the padding stands for: they are not data.
-  out.resize(written - padding);
+  // What is left (2 or 4 bits before the padding) is no data.
   return out;
 }
 

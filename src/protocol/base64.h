@@ -1,8 +1,8 @@
 // Standard base64 (RFC 4648, section 4: the "+/" alphabet, with "=" padding), the
 // encoding of the raw bytes the agent ships in `data_b64` (logs, profile traces).
-// Both directions are OpenSSL's (EVP_EncodeBlock, EVP_DecodeBlock); the decoder adds
-// the strictness OpenSSL leaves out, so that it accepts exactly the canonical text:
-// no whitespace, no line breaks, padding only at the end.
+// Written here rather than taken from OpenSSL so that the client commands, which link
+// the protocol, load no TLS library at start. The decoder accepts only the canonical
+// text: no whitespace, no line breaks, padding only at the end.
 //
 // Thread-safety: pure functions.
 #pragma once
