@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,7 +13,9 @@
 
 #include "agent/profile.h"
 #include "agent/tail.h"
+#include "core/job.h"
 #include "core/names.h"
+#include "core/units.h"
 #include "http/tls.h"
 
 namespace trainyard::agent {
@@ -247,6 +250,21 @@ Status Agent::Run() {
   if (!devices.ok()) return devices.status();
   devices_ = *devices;
   std::filesystem::create_directories(options_.data_dir);
+  cgroups_ = options_.cgroups ? *options_.cgroups : Cgroups::Detect(CgroupHost::FromProc());
+  Log(cgroups_.available() ? "task limits: " + cgroups_.Describe()
+                           : "task limits: none, tasks run without cpu, memory or pids limits (" +
+                                 cgroups_.problem() + ")");
+  if (cgroups_.available()) {
+    std::lock_guard lock(mu_);
+    RemoveStaleGroups();
+  }
+  exec_helper_ = options_.exec_helper;
+  if (exec_helper_.empty()) {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const auto beside = self.parent_path() / "trainyard-exec";
+    if (!ec && access(beside.c_str(), X_OK) == 0) exec_helper_ = beside.string();
+  }
   if (!options_.health_check.empty()) {
     health_checker_ = std::make_unique<HealthChecker>(
         HealthCheckOptions{options_.health_check, options_.node_name, options_.health_check_timeout,
@@ -372,6 +390,7 @@ Status Agent::Register() {
   r.address = options_.address;
   r.simulated = gpus_->simulated();
   r.health_check = last_health_;
+  r.limits = cgroups_.available() ? cgroups_.Describe() : "none: " + cgroups_.problem();
   {
     std::lock_guard lock(mu_);
     r.tasks = TaskList(/*unacked_only=*/true);
@@ -623,6 +642,9 @@ void Agent::StartTask(const TaskStart& spec) {
   if (failed.ok()) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(t.metrics_path).parent_path(), ec);
+    failed = PrepareIsolation(spec, t, launch);
+  }
+  if (failed.ok()) {
     auto process = TaskProcess::Start(launch);
     if (process.ok()) {
       t.process = std::move(*process);
@@ -643,6 +665,7 @@ void Agent::StartTask(const TaskStart& spec) {
     t.status.exit_code = 127;
     t.status.message = failed.message();
     Log("task " + spec.task_id + ": " + failed.message());
+    ReleaseGroup(t);
   }
   tasks_.emplace(spec.task_id, std::move(t));
   // Report the start (or its failure) at once.
@@ -667,6 +690,14 @@ bool Agent::TickTasks() {
       t.status.exit_code = t.process->exit_code();
       t.status.signal = t.process->term_signal();
       changed = true;
+      if (!t.group.empty() && (t.status.exit_code != 0 || t.status.signal != 0)) {
+        auto g = groups_.find(t.group);
+        if (g != groups_.end() && g->second.group.OomKills() > t.oom_kills_before) {
+          t.status.message = std::string(kOomKilled) + ": memory limit " +
+                             FormatMemory(g->second.group.limits().memory_bytes);
+        }
+      }
+      ReleaseGroup(t);
       Log("task " + id + ": exited " +
           (t.status.signal != 0 ? "on signal " + std::to_string(t.status.signal)
                                 : "with code " + std::to_string(t.status.exit_code)));
@@ -678,9 +709,107 @@ bool Agent::TickTasks() {
     }
     if (t.status.state == TaskState::kRunning) busy.insert(t.spec.gpus.begin(), t.spec.gpus.end());
   }
+  RemoveDeadGroupsLocked();
   gpus_->SetBusyGpus(busy);
   if (failed && health_checker_) health_checker_->Request("task-failed");
   return changed;
+}
+
+// Agents of other clusters on the same host (test clusters, side by side) number their
+// jobs alike: the node and the agent's pid make the name this agent's alone.
+std::string Agent::GroupDirName(const std::string& group) const {
+  return group + "." + options_.node_name + "." + std::to_string(getpid());
+}
+
+void Agent::RemoveStaleGroups() {
+  // "<group>.<this node>.<pid>" of an agent that is gone: its ranks went with it.
+  const std::string mark = "." + options_.node_name + ".";
+  for (const std::string& name : cgroups_.List()) {
+    const size_t at = name.rfind(mark);
+    if (at == std::string::npos) continue;
+    const std::string pid = name.substr(at + mark.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos ||
+        pid == std::to_string(getpid()) || std::filesystem::exists("/proc/" + pid)) {
+      continue;
+    }
+    TaskGroup stale = cgroups_.Open(name);
+    stale.KillAll();
+    Log("limits: removing " + name + ", left by an agent that is gone");
+    dead_groups_.push_back(std::move(stale));
+  }
+  RemoveDeadGroupsLocked();
+}
+
+Status Agent::PrepareIsolation(const TaskStart& spec, Task& t, LaunchSpec& launch) {
+  if (spec.uid >= 0 && static_cast<uid_t>(spec.uid) != geteuid()) {
+    launch.uid = spec.uid;
+    launch.gid = spec.gid;
+    // What the agent makes for the task and the task writes to is the task's: its
+    // metrics file, profile dir and checkpoint dir (that one for it alone).
+    const auto uid = static_cast<uid_t>(spec.uid);
+    const auto gid = static_cast<gid_t>(spec.gid);
+    auto own = [&](const std::string& path, bool dir, bool private_to_it) -> Status {
+      std::error_code ec;
+      if (dir) {
+        std::filesystem::create_directories(path, ec);
+      } else if (!std::filesystem::exists(path, ec)) {
+        std::ofstream(path, std::ios::app);
+      }
+      if (chown(path.c_str(), uid, gid) != 0 ||
+          (private_to_it && chmod(path.c_str(), dir ? 0700 : 0600) != 0)) {
+        return FailedPrecondition("run as " + std::to_string(spec.uid) + ":" +
+                                  std::to_string(spec.gid) + ": cannot give " + path +
+                                  " to it: " + std::strerror(errno));
+      }
+      return Status::Ok();
+    };
+    TY_RETURN_IF_ERROR(own(t.metrics_path, false, true));
+    TY_RETURN_IF_ERROR(own(t.profile_dir, true, true));
+    if (!t.checkpoint_dir.empty()) TY_RETURN_IF_ERROR(own(t.checkpoint_dir, true, true));
+  }
+  if (!spec.group.empty() && cgroups_.available()) {
+    auto it = groups_.find(spec.group);
+    if (it == groups_.end()) {
+      GroupLimits limits{spec.milli_cpus, spec.memory_bytes, options_.task_pids_max};
+      auto group = cgroups_.Create(GroupDirName(spec.group), limits);
+      if (!group.ok()) {
+        return Status(group.status().code(), "limits: " + group.status().message());
+      }
+      it = groups_.emplace(spec.group, GroupUse{std::move(*group), 0}).first;
+    }
+    ++it->second.tasks;
+    t.group = spec.group;
+    t.oom_kills_before = it->second.group.OomKills();
+    launch.cgroup_procs = it->second.group.ProcsFiles();
+  }
+  launch.exec_helper = exec_helper_;
+  return Status::Ok();
+}
+
+void Agent::ReleaseGroup(Task& t) {
+  if (t.group.empty()) return;
+  auto it = groups_.find(t.group);
+  t.group.clear();
+  if (it == groups_.end() || --it->second.tasks > 0) return;
+  // The last rank is out: what it left behind (a daemonised child) goes with it.
+  it->second.group.KillAll();
+  dead_groups_.push_back(std::move(it->second.group));
+  groups_.erase(it);
+  RemoveDeadGroupsLocked();
+}
+
+void Agent::RemoveDeadGroupsLocked() {
+  std::erase_if(dead_groups_, [this](const TaskGroup& g) {
+    if (!g.Empty()) {
+      g.KillAll();
+      return false;
+    }
+    if (Status s = g.Remove(); !s.ok()) {
+      Log("limits: " + s.message());
+      return false;
+    }
+    return true;
+  });
 }
 
 void Agent::FenceLoop() {

@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/cgroup.h"
 #include "agent/faults.h"
 #include "agent/gpu.h"
 #include "agent/health_check.h"
@@ -101,6 +102,15 @@ struct AgentOptions {
   std::string health_check;
   Duration health_check_interval = std::chrono::minutes(5);
   Duration health_check_timeout = std::chrono::seconds(60);
+  // How tasks are limited (cgroup.h): nullopt detects what the host gives at Run; a
+  // test or `--no-cgroups` hands in its own. Where there are none, the agent says why
+  // once at start and in its registration, and runs tasks without limits.
+  std::optional<Cgroups> cgroups;
+  // pids.max of each replica's group; 0: unlimited.
+  int64_t task_pids_max = 32'768;
+  // trainyard-exec (exec_helper_main.cc), which a task with a cgroup or an identity
+  // starts through; empty: beside the running executable.
+  std::string exec_helper;
   // The wall clock; tests may replace it. Called from the agent's threads (the loop, the
   // health-check thread), so a replacement must be thread-safe.
   std::function<Timestamp()> now;
@@ -147,6 +157,8 @@ class Agent {
     std::string fault_file;               // TRAINYARD_FAULT_FILE: the faults' effects on it
     std::string checkpoint_request_file;  // TRAINYARD_CHECKPOINT_REQUEST_FILE
     std::string checkpoint_dir;           // TRAINYARD_CHECKPOINT_DIR, absolute; empty: none
+    std::string group;                    // its replica's cgroup (groups_); empty: none
+    int64_t oom_kills_before = 0;         // the group's OOM kills when it started
     FaultEffects fault_effects;           // as last written to fault_file (none: no effect)
     int64_t log_offset = 0;
     int64_t metrics_offset = 0;
@@ -253,6 +265,25 @@ class Agent {
   Timestamp next_health_check_{};
   int64_t health_runs_seen_ = 0;
   std::optional<HealthCheckResult> last_health_;
+  // Task limits (Run); each replica's group with how many of its ranks run, and groups
+  // whose ranks are gone but that could not be removed yet.
+  Cgroups cgroups_;
+  std::string exec_helper_;
+  struct GroupUse {
+    TaskGroup group;
+    int tasks = 0;
+  };
+  std::map<std::string, GroupUse> groups_;  // GUARDED_BY(mu_)
+  std::vector<TaskGroup> dead_groups_;      // GUARDED_BY(mu_)
+  // Starts the task's rank in its replica's group, as its tenant's identity; the
+  // error when that cannot be. REQUIRES: mu_ held.
+  Status PrepareIsolation(const TaskStart& spec, Task& t, LaunchSpec& launch);
+  // Forgets the task's use of its group; the last rank out kills what is left in it
+  // and removes it. REQUIRES: mu_ held.
+  void ReleaseGroup(Task& t);
+  void RemoveDeadGroupsLocked();
+  std::string GroupDirName(const std::string& group) const;
+  void RemoveStaleGroups();  // REQUIRES: mu_ held
 };
 
 }  // namespace trainyard::agent

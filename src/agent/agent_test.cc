@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 namespace trainyard::agent {
@@ -264,8 +266,8 @@ class FakeServer {
 };
 
 template <typename Pred>
-bool WaitUntil(Pred pred) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+bool WaitUntil(Pred pred, std::chrono::seconds limit = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(milliseconds(10));
@@ -298,6 +300,9 @@ class AgentTest : public ::testing::Test {
     o.cpus = 8;
     o.memory_mib = 65536;
     o.labels = {{"zone", "a"}};
+    // The host's own cgroups only where a test asks for them (Limits...).
+    o.cgroups = Cgroups::Disabled("not in this test");
+    o.exec_helper = TRAINYARD_EXEC_HELPER;
     o.heartbeat_interval = milliseconds(100);
     o.poll_wait = milliseconds(300);
     o.max_backoff = milliseconds(200);
@@ -476,6 +481,128 @@ TEST_F(AgentTest, RegistersRunsATaskReportsItsExitAndShipsItsOutput) {
   for (size_t i = 1; i < hb.size(); ++i) EXPECT_EQ(hb[i]["seq"], hb[i - 1]["seq"].get<int>() + 1);
   StopAgent();
   EXPECT_TRUE(result_.ok()) << result_.ToString();
+}
+
+// A replica's group on this host's cgroups: its ranks share it, the limits are the
+// kernel's, an out-of-memory kill is reported as such, and the group goes with its last
+// rank. CI runs as root on a host with cgroups; less fails here, saying what is missing.
+TEST_F(AgentTest, LimitsEachReplicaReportsAnOomKillAndRemovesTheGroup) {
+  ASSERT_EQ(geteuid(), 0u) << "this test makes cgroups: run it as root (CI does)";
+  Cgroups cg = Cgroups::Detect(CgroupHost::FromProc());
+  ASSERT_TRUE(cg.available()) << "no usable cgroups on this host: " << cg.problem();
+  AgentOptions o = Options();
+  o.cgroups = cg;
+  o.task_pids_max = 99;
+  // A group an earlier agent of this node left (its pid is gone) is removed at start.
+  const std::string stale = "j1.1.r0.node-1.999999999";
+  ASSERT_TRUE(cg.Create(stale, GroupLimits{}).ok());
+  StartAgent(o);
+  ASSERT_TRUE(WaitUntil([&] { return !server_.registers().empty(); }));
+  EXPECT_EQ(server_.registers()[0]["limits"], cg.Describe());
+  for (const std::string& base : cg.bases()) EXPECT_FALSE(fs::exists(fs::path(base) / stale));
+
+  const std::string group = "j5.1.r0";
+  // The group's directory: the node and the agent's pid make it this agent's alone.
+  const std::string dir_name = group + ".node-1." + std::to_string(getpid());
+  auto limited = [&](json start) {
+    start["task"]["group"] = group;
+    start["task"]["milli_cpus"] = 1500;
+    start["task"]["memory_bytes"] = int64_t{48} << 20;
+    return start;
+  };
+  server_.Push(limited(StartCommand("5.1.0", 0)));
+  server_.Push(limited(StartCommand("5.1.1", 0)));
+  ASSERT_TRUE(WaitUntil([&] {
+    return server_.task("5.1.0").value("state", "") == "running" &&
+           server_.task("5.1.1").value("state", "") == "running";
+  }));
+  for (const std::string& base : cg.bases()) {
+    const fs::path dir = fs::path(base) / dir_name;
+    ASSERT_TRUE(fs::exists(dir)) << dir;
+    // Both ranks are in the one group.
+    std::istringstream procs(ReadFile(dir / "cgroup.procs"));
+    std::set<int64_t> pids;
+    for (int64_t p; procs >> p;) pids.insert(p);
+    EXPECT_TRUE(pids.count(server_.task("5.1.0")["pid"].get<int64_t>())) << dir;
+    EXPECT_TRUE(pids.count(server_.task("5.1.1")["pid"].get<int64_t>())) << dir;
+    if (fs::exists(dir / "cpu.cfs_quota_us"))
+      EXPECT_EQ(ReadFile(dir / "cpu.cfs_quota_us"), "150000\n");
+    if (fs::exists(dir / "cpu.max")) EXPECT_EQ(ReadFile(dir / "cpu.max"), "150000 100000\n");
+    if (fs::exists(dir / "memory.limit_in_bytes")) {
+      EXPECT_EQ(ReadFile(dir / "memory.limit_in_bytes"), std::to_string(int64_t{48} << 20) + "\n");
+    }
+    if (fs::exists(dir / "memory.max")) {
+      EXPECT_EQ(ReadFile(dir / "memory.max"), std::to_string(int64_t{48} << 20) + "\n");
+    }
+    if (fs::exists(dir / "pids.max")) EXPECT_EQ(ReadFile(dir / "pids.max"), "99\n");
+  }
+  Go();
+  ASSERT_TRUE(WaitUntil([&] {
+    return server_.task("5.1.0").value("state", "") == "exited" &&
+           server_.task("5.1.1").value("state", "") == "exited";
+  }));
+  EXPECT_EQ(server_.task("5.1.0")["exit_code"], 0);
+  EXPECT_EQ(server_.task("5.1.0").value("message", ""), "");
+  for (const std::string& base : cg.bases()) {
+    EXPECT_TRUE(WaitUntil([&] { return !fs::exists(fs::path(base) / dir_name); })) << base;
+  }
+
+  // A rank that outgrows the replica's memory.
+  json oom = limited(StartCommand("6.1.0"));
+  oom["task"]["job_id"] = 6;
+  oom["task"]["argv"] = {"/bin/sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\000' a)"};
+  server_.Push(oom);
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("6.1.0").value("state", "") == "exited"; },
+                        std::chrono::seconds(30)));
+  EXPECT_EQ(server_.task("6.1.0")["signal"], SIGKILL) << server_.task("6.1.0").dump();
+  EXPECT_EQ(server_.task("6.1.0")["message"], "OOMKilled: memory limit 48Mi");
+  for (const std::string& base : cg.bases()) {
+    EXPECT_TRUE(WaitUntil([&] { return !fs::exists(fs::path(base) / dir_name); })) << base;
+  }
+}
+
+// Ranks run as their tenant's identity: their files are theirs, their checkpoint dir
+// is theirs alone, and another tenant's rank is refused by the kernel when it reads it.
+TEST_F(AgentTest, RunsRanksAsTheirTenantsIdentityAndKeepsOtherTenantsOut) {
+  ASSERT_EQ(geteuid(), 0u) << "changing identity needs root: run this test as root (CI does)";
+  fs::permissions(dir_, fs::perms::all);  // the tasks' workdir: anyone may enter and write
+  StartAgent(Options());
+  ASSERT_TRUE(WaitUntil([&] { return !server_.registers().empty(); }));
+  EXPECT_EQ(server_.registers()[0]["limits"], "none: not in this test");
+  const std::string ckpt = (dir_ / "checkpoints" / "vision" / "7").string();
+  json a = StartCommand("7.1.0", 0);
+  a["task"]["job_id"] = 7;
+  a["task"]["uid"] = 2001;
+  a["task"]["gid"] = 2001;
+  a["task"]["env"]["TRAINYARD_CHECKPOINT_DIR"] = ckpt;
+  a["task"]["argv"] = {"/bin/sh", "-c",
+                       "id -u; echo weights > \"$TRAINYARD_CHECKPOINT_DIR/model.pt\" && "
+                       "echo '{\"step\":1}' >> \"$TRAINYARD_METRICS_FILE\""};
+  server_.Push(a);
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("7.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("7.1.0")["exit_code"], 0) << server_.task("7.1.0").dump();
+  EXPECT_TRUE(WaitUntil([&] { return server_.log("7.1.0") == "2001\n"; })) << server_.log("7.1.0");
+  EXPECT_TRUE(WaitUntil([&] { return server_.metrics("7.1.0").size() == 1; }));
+  struct stat st {};
+  ASSERT_EQ(stat(ckpt.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 2001u);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat((ckpt + "/model.pt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 2001u);
+  ASSERT_EQ(stat((dir_ / "data" / "logs" / "7" / "1" / "rank-0.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 2001u);
+
+  json b = StartCommand("8.1.0", 0);
+  b["task"]["job_id"] = 8;
+  b["task"]["uid"] = 2002;
+  b["task"]["gid"] = 2002;
+  b["task"]["argv"] = {"/bin/cat", ckpt + "/model.pt"};
+  server_.Push(b);
+  ASSERT_TRUE(WaitUntil([&] { return server_.task("8.1.0").value("state", "") == "exited"; }));
+  EXPECT_EQ(server_.task("8.1.0")["exit_code"], 1);
+  EXPECT_TRUE(WaitUntil([&] {
+    return server_.log("8.1.0").find("Permission denied") != std::string::npos;
+  })) << server_.log("8.1.0");
 }
 
 TEST_F(AgentTest, ReportsAStartThatFailed) {

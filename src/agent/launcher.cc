@@ -30,6 +30,9 @@ int DupAbove2(int fd) {
 
 std::string Errno(int e) { return std::strerror(e); }
 
+// Where the exec helper finds its status descriptor.
+constexpr int kStatusFd = 3;
+
 std::string JoinDirs(const std::vector<std::string>& dirs) {
   std::string out;
   for (const std::string& d : dirs) out += (out.empty() ? "" : ", ") + d;
@@ -207,9 +210,39 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
     }
   }
 
+  // Through the exec helper when the task joins a cgroup or changes identity.
+  const bool helper = !spec.cgroup_procs.empty() || spec.uid >= 0;
+  std::vector<std::string> helper_argv;
+  if (helper) {
+    if (spec.exec_helper.empty()) {
+      if (dir_fd >= 0) close(dir_fd);
+      return FailedPrecondition(
+          "starting " + spec.argv[0] +
+          ": a cgroup or another user needs trainyard-exec, which this agent did not find "
+          "beside its executable");
+    }
+    if ((spec.uid >= 0) != (spec.gid >= 0)) {
+      if (dir_fd >= 0) close(dir_fd);
+      return InvalidArgument("run as: uid and gid go together, got uid " +
+                             std::to_string(spec.uid) + " and gid " + std::to_string(spec.gid));
+    }
+    helper_argv = {spec.exec_helper, "--status-fd", std::to_string(kStatusFd)};
+    for (const std::string& f : spec.cgroup_procs) {
+      helper_argv.insert(helper_argv.end(), {"--join", f});
+    }
+    if (spec.uid >= 0) {
+      helper_argv.insert(helper_argv.end(),
+                         {"--uid", std::to_string(spec.uid), "--gid", std::to_string(spec.gid)});
+    }
+    helper_argv.insert(helper_argv.end(), {"--exec", program, "--"});
+    helper_argv.insert(helper_argv.end(), spec.argv.begin(), spec.argv.end());
+  }
+  const std::vector<std::string>& args = helper ? helper_argv : spec.argv;
+  const std::string& exe = helper ? spec.exec_helper : program;
+
   // Everything the child needs is built before it starts.
   std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
@@ -243,6 +276,17 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
       return Internal("log file " + spec.log_path + ": " + Errno(e));
     }
     log_fd = DupAbove2(log_fd);
+    // Another user's: theirs alone to read (the agent, root, reads it to ship it).
+    if (log_fd >= 0 && spec.uid >= 0 &&
+        (fchown(log_fd, static_cast<uid_t>(spec.uid), static_cast<gid_t>(spec.gid)) != 0 ||
+         fchmod(log_fd, 0600) != 0)) {
+      const int e = errno;
+      close(log_fd);
+      if (dir_fd >= 0) close(dir_fd);
+      return FailedPrecondition("log file " + spec.log_path + ": chown to " +
+                                std::to_string(spec.uid) + ":" + std::to_string(spec.gid) + ": " +
+                                Errno(e));
+    }
   }
   int null_fd = DupAbove2(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (null_fd < 0 || log_fd < 0) {
@@ -258,6 +302,16 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
   // the agent's CPU per task). The child: its own session (killed as a group), signals
   // unblocked and at their defaults, the workdir entered, stdin from /dev/null, output
   // to the log, no other descriptor. A step that fails comes back as the error.
+  // The helper's status descriptor: what it writes is why it failed; EOF, that it
+  // exec'd the program.
+  int status_pipe[2] = {-1, -1};
+  if (helper && pipe2(status_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(log_fd);
+    close(null_fd);
+    if (dir_fd >= 0) close(dir_fd);
+    return Internal("starting " + spec.argv[0] + ": status pipe: " + Errno(e));
+  }
   pid_t pid = -1;
   int rc = 0;
   {
@@ -270,26 +324,50 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
     sigfillset(&all);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     if (dir_fd >= 0) posix_spawn_file_actions_addfchdir_np(&actions, dir_fd);
     posix_spawn_file_actions_adddup2(&actions, null_fd, 0);
     posix_spawn_file_actions_adddup2(&actions, log_fd, 1);
     posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    rc = posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), envp.data());
+    if (helper) posix_spawn_file_actions_adddup2(&actions, status_pipe[1], kStatusFd);
+    posix_spawn_file_actions_addclosefrom_np(&actions, helper ? kStatusFd + 1 : 3);
+    rc = posix_spawn(&pid, exe.c_str(), &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
   }
   close(log_fd);
   close(null_fd);
+  if (helper) {
+    close(status_pipe[1]);
+    std::string why;
+    if (rc == 0) {
+      char buf[512];
+      for (;;) {
+        ssize_t n = read(status_pipe[0], buf, sizeof buf);
+        if (n > 0) {
+          why.append(buf, static_cast<size_t>(n));
+        } else if (n == 0 || errno != EINTR) {
+          break;
+        }
+      }
+    }
+    close(status_pipe[0]);
+    if (!why.empty()) {
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (dir_fd >= 0) close(dir_fd);
+      return redacted(FailedPrecondition(why));
+    }
+  }
   if (rc != 0) {
     // Which step failed is not reported; the workdir is the one that can, besides the
     // program itself (it was opened above, but entering it needs search permission).
     const bool chdir_failed = dir_fd >= 0 && faccessat(dir_fd, "", X_OK, AT_EMPTY_PATH) != 0;
     if (dir_fd >= 0) close(dir_fd);
     Status s(rc == ENOENT ? StatusCode::kNotFound : StatusCode::kFailedPrecondition,
-             (chdir_failed ? "chdir " + spec.workdir : "execve " + program) + ": " + Errno(rc));
+             (chdir_failed ? "chdir " + spec.workdir : "execve " + exe) + ": " + Errno(rc));
     return redacted(s);
   }
   if (dir_fd >= 0) close(dir_fd);

@@ -50,6 +50,15 @@ struct LaunchSpec {
   std::vector<std::string> path_env;
   // Names of variables of `env` whose values never appear in an error message.
   std::vector<std::string> secret_env;
+  // The cgroup.procs files the task joins before it runs (cgroup.h), and the identity
+  // it runs as (-1: the agent's own). Either one starts the task through the exec
+  // helper, trainyard-exec at `exec_helper` (exec_helper_main.cc), which does both and
+  // then execs the program: its children are born in the groups, as that user. The log
+  // file is then that user's, mode 0600.
+  std::vector<std::string> cgroup_procs;
+  int64_t uid = -1;
+  int64_t gid = -1;
+  std::string exec_helper;
 };
 
 // SIGKILL follows the SIGTERM of a preemption this long after it.

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -358,6 +359,53 @@ TEST_F(ConfinedLaunchTest, AllowedDirsAreComparedAsRealPaths) {
   auto t = TaskProcess::Start(s);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   WaitExit(**t);
+}
+
+// Through the exec helper: the task runs as the identity it is given, owns its log, and
+// a step that fails before the program runs comes back as the start's error.
+TEST_F(LauncherTest, RunsAsAnotherUserThroughTheExecHelper) {
+  ASSERT_EQ(geteuid(), 0u) << "changing identity needs root: run this test as root (CI does)";
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  LaunchSpec spec = Spec({"/bin/sh", "-c", "id -u; id -g; id -G; touch mine"});
+  spec.workdir = dir_.string();
+  spec.uid = 2001;
+  spec.gid = 2002;
+  spec.exec_helper = TRAINYARD_EXEC_HELPER;
+  fs::permissions(dir_, fs::perms::others_write, fs::perm_options::add);
+  auto p = TaskProcess::Start(spec);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  WaitExit(**p);
+  EXPECT_EQ((*p)->exit_code(), 0) << Log();
+  EXPECT_EQ(Log(), "2001\n2002\n2002\n");
+  struct stat st {};
+  ASSERT_EQ(stat(spec.log_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 2001u);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((dir_ / "mine").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 2001u);
+  EXPECT_EQ(st.st_gid, 2002u);
+}
+
+TEST_F(LauncherTest, ExecHelperFailuresAreTheStartsError) {
+  LaunchSpec spec = Spec({"/bin/true"});
+  spec.cgroup_procs = {(dir_ / "no-such-group" / "cgroup.procs").string()};
+  // Without the helper: said, not run unlimited.
+  auto p = TaskProcess::Start(spec);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), ::testing::HasSubstr("needs trainyard-exec"));
+
+  spec.exec_helper = TRAINYARD_EXEC_HELPER;
+  p = TaskProcess::Start(spec);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "joining cgroup " + spec.cgroup_procs[0] + ": No such file or directory");
+
+  spec.cgroup_procs.clear();
+  spec.uid = 2001;  // no gid
+  p = TaskProcess::Start(spec);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), ::testing::HasSubstr("uid and gid go together"));
 }
 
 TEST(ResolvePathTest, FollowsSymlinksOfTheExistingPrefix) {

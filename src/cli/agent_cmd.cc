@@ -218,6 +218,12 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
   TY_ASSIGN_OR_RETURN(o.health_check_timeout,
                       DurationFlag("--health-check-timeout", f.health_check_timeout,
                                    std::chrono::milliseconds(100), std::chrono::hours(1)));
+  if (f.no_cgroups) o.cgroups = agent::Cgroups::Disabled("--no-cgroups");
+  if (f.task_pids_max < 0 || f.task_pids_max > 4'194'304) {
+    return InvalidArgument("--task-pids-max: must be between 0 (unlimited) and 4194304, got " +
+                           std::to_string(f.task_pids_max));
+  }
+  o.task_pids_max = f.task_pids_max;
   return o;
 }
 
@@ -347,6 +353,12 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
       ->capture_default_str();
   cmd->add_option("--health-check-timeout", o->health_check_timeout,
                   "A health check running longer is killed and fails")
+      ->capture_default_str();
+  cmd->add_flag("--no-cgroups", o->no_cgroups,
+                "Run tasks without cgroup limits even where the host offers cgroups (see "
+                "docs/execution.md)");
+  cmd->add_option("--task-pids-max", o->task_pids_max,
+                  "pids.max of each replica's cgroup; 0: unlimited")
       ->capture_default_str();
   cmd->callback([o, &exit_code, &out, &err] { exit_code = RunAgent(*o, out, err); });
 }

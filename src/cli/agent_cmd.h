@@ -47,6 +47,8 @@ struct AgentCommandOptions {
   std::string health_check;  // an executable; empty: no health check
   std::string health_check_interval = "5m";
   std::string health_check_timeout = "60s";
+  bool no_cgroups = false;
+  int64_t task_pids_max = 32'768;
 };
 
 // Validates the flags and fills in machine defaults. Errors name the flag, the value

@@ -743,6 +743,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
       Common c;
       std::string name;
       int64_t guaranteed = 0, limit = 0;
+      std::string run_as, allow_root;
     };
     auto lf = std::make_shared<F>();
     CLI::App* tenants =
@@ -754,9 +755,13 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         return;
       }
       std::vector<std::vector<std::string>> rows = {
-          {"TENANT", "GUARANTEED", "LIMIT-PER-QUEUE", "DESCRIPTION"}};
+          {"TENANT", "GUARANTEED", "LIMIT-PER-QUEUE", "RUN-AS", "DESCRIPTION"}};
       for (const auto& t : list) {
-        rows.push_back({Str(t, "name"), Str(t, "guaranteed_gpus"), Str(t, "limit_gpus"),
+        std::string run_as = t.contains("run_as_uid")
+                                 ? Str(t, "run_as_uid") + ":" + Str(t, "run_as_gid")
+                                 : std::string("agent's");
+        if (t.value("allow_root", false)) run_as += " (root allowed)";
+        rows.push_back({Str(t, "name"), Str(t, "guaranteed_gpus"), Str(t, "limit_gpus"), run_as,
                         Str(t, "description")});
       }
       Table(out, rows);
@@ -789,6 +794,34 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
                 api.Call("PUT", "/api/v1/tenants/" + http::EncodeComponent(qf->name) + "/quota",
                          body.dump()));
         print_tenants(qf->c, json::array({res}));
+        return std::nullopt;
+      });
+    });
+    auto uf = std::make_shared<F>();
+    CLI::App* update = tenants->add_subcommand(
+        "update",
+        "Set the Unix identity a tenant's ranks run as on the nodes (cluster-admin; "
+        "docs/execution.md)");
+    AddCommon(update, uf->c, true);
+    update->add_option("tenant", uf->name, "Tenant name")->required();
+    update
+        ->add_option("--run-as", uf->run_as,
+                     "UID:GID its ranks run as, or \"\" for the agent's own identity")
+        ->required();
+    update->add_option("--allow-root", uf->allow_root,
+                       "true: root's ids (0) may be used; false: not (the default)");
+    update->callback([uf, print_tenants, &exit_code, &err] {
+      exit_code = WithApi(uf->c, err, "tenants update", [&](Api& api) -> std::optional<Failure> {
+        json body = {{"run_as", uf->run_as}};
+        if (uf->allow_root == "true" || uf->allow_root == "false") {
+          body["allow_root"] = uf->allow_root == "true";
+        } else if (!uf->allow_root.empty()) {
+          body["allow_root"] = uf->allow_root;  // the server names the value and what is valid
+        }
+        TY_CALL(res,
+                api.Call("PUT", "/api/v1/tenants/" + http::EncodeComponent(uf->name) + "/run-as",
+                         body.dump()));
+        print_tenants(uf->c, json::array({res}));
         return std::nullopt;
       });
     });

@@ -424,6 +424,13 @@ Result<Tenant> TenantFromJsonOrThrow(const json& v) {
   if (r.OptionalField("limit_gpus") != nullptr) {
     TY_RETURN_IF_ERROR(r.Int64("limit_gpus", t.limit_gpus));
   }
+  // And before identities: the agent's own.
+  if (r.OptionalField("run_as_uid") != nullptr) {
+    TY_RETURN_IF_ERROR(r.Int64("run_as_uid", t.run_as_uid));
+    TY_RETURN_IF_ERROR(r.Int64("run_as_gid", t.run_as_gid));
+  }
+  if (r.OptionalField("allow_root") != nullptr)
+    TY_RETURN_IF_ERROR(r.Bool("allow_root", t.allow_root));
   return t;
 }
 
@@ -545,6 +552,11 @@ ojson ToJson(const Tenant& tenant) {
   j["description"] = tenant.description;
   j["guaranteed_gpus"] = tenant.guaranteed_gpus;
   j["limit_gpus"] = tenant.limit_gpus;
+  if (tenant.run_as_uid >= 0) {
+    j["run_as_uid"] = tenant.run_as_uid;
+    j["run_as_gid"] = tenant.run_as_gid;
+  }
+  if (tenant.allow_root) j["allow_root"] = true;
   return j;
 }
 

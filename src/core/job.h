@@ -61,6 +61,10 @@ enum class ExitReason {
 std::string_view ExitReasonName(ExitReason r);  // "succeeded", "failed", ...
 std::optional<ExitReason> ParseExitReason(std::string_view name);
 
+// How an agent's report on a rank the kernel's OOM killer ended begins: "OOMKilled:
+// memory limit 2Gi" (docs/execution.md); the attempt's message then says it.
+inline constexpr std::string_view kOomKilled = "OOMKilled";
+
 struct Attempt {
   int32_t index = 0;  // 0-based
   Timestamp start_time{};

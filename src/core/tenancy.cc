@@ -17,6 +17,22 @@ Status CheckGpuRange(std::string_view field, int64_t v) {
 
 }  // namespace
 
+Status ValidateRunAs(const Tenant& t) {
+  const std::string run_as = std::to_string(t.run_as_uid) + ":" + std::to_string(t.run_as_gid);
+  const bool unset = t.run_as_uid == -1 && t.run_as_gid == -1;
+  const auto in_range = [](int64_t id) { return id >= 0 && id <= kMaxUnixId; };
+  if (!unset && !(in_range(t.run_as_uid) && in_range(t.run_as_gid))) {
+    return InvalidArgument("tenant.run_as: must be UID:GID, each 0.." + std::to_string(kMaxUnixId) +
+                           ", got " + run_as);
+  }
+  if (!unset && (t.run_as_uid == 0 || t.run_as_gid == 0) && !t.allow_root) {
+    return InvalidArgument("tenant.run_as: " + run_as +
+                           " is root's; a cluster admin must allow root for tenant " + t.name +
+                           " first (allow_root)");
+  }
+  return Status::Ok();
+}
+
 Status ValidateTenant(const Tenant& t) {
   TY_RETURN_IF_ERROR(ValidateName("tenant.name", t.name));
   if (t.description.size() > 1024) {
@@ -24,6 +40,7 @@ Status ValidateTenant(const Tenant& t) {
   }
   TY_RETURN_IF_ERROR(CheckGpuRange("tenant.guaranteed_gpus", t.guaranteed_gpus));
   TY_RETURN_IF_ERROR(CheckGpuRange("tenant.limit_gpus", t.limit_gpus));
+  TY_RETURN_IF_ERROR(ValidateRunAs(t));
   return Status::Ok();
 }
 

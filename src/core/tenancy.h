@@ -29,9 +29,22 @@ struct Tenant {
   // stored before quotas existed are).
   int64_t guaranteed_gpus = kMaxQueueGpus;
   int64_t limit_gpus = kMaxQueueGpus;
+  // The Unix identity its jobs' ranks run as on the nodes (docs/execution.md); -1: the
+  // agent's own. uid or gid 0 only with allow_root, which a cluster admin sets.
+  int64_t run_as_uid = -1;
+  int64_t run_as_gid = -1;
+  bool allow_root = false;
 
   bool operator==(const Tenant&) const = default;
 };
+
+// The largest uid or gid a tenant may run as (Linux: 2^32 - 2; kept to what every
+// tool reads as a signed 32-bit number).
+inline constexpr int64_t kMaxUnixId = 2'147'483'646;
+
+// tenant.run_as: both unset (-1) or both in 0..kMaxUnixId; root's ids only with
+// allow_root. InvalidArgument naming the field and value.
+Status ValidateRunAs(const Tenant& t);
 
 struct Queue {
   std::string name;

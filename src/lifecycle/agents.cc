@@ -80,6 +80,7 @@ Status ApplyRegistered(Ctx& c, const AgentRegistered& ev) {
   n.node = incoming;
   n.address = reg.address;
   n.simulated = reg.simulated;
+  n.limits = reg.limits;
   const bool was_unreachable = n.unreachable && !n.released;
   const Timestamp unreachable_at = n.unreachable_at;
   n.connected = true;

@@ -96,6 +96,7 @@ Status ApplyGangRunning(Ctx& c, const GangRunning& e);
 Status ApplyGangExited(Ctx& c, const GangExited& e);
 Status ApplyEnsureTenant(Ctx& c, const EnsureTenant& e);
 Status ApplySetTenantQuota(Ctx& c, const SetTenantQuota& e);
+Status ApplySetTenantIdentity(Ctx& c, const SetTenantIdentity& e);
 Status ApplyPutQueue(Ctx& c, const PutQueue& e);
 Status ApplyDeleteQueue(Ctx& c, const DeleteQueue& e);
 

@@ -183,6 +183,8 @@ Status Evaluate(Ctx& c, JobId id) {
   }
   auto describe = [&](const Rank& r) {
     std::string m = "rank " + std::to_string(r.rank) + " on " + r.node;
+    // The agent saw the kernel's OOM killer end it: that is the reason, not the signal.
+    if (r.message.starts_with(kOomKilled)) return m + " " + r.message;
     if (r.signal != 0) {
       m += " killed by signal " + std::to_string(r.signal);
     } else {
@@ -432,6 +434,16 @@ protocol::TaskStart BuildStart(const ClusterState& state, const JobEntry& e, con
   t.gpus = r.gpus;
   t.env = job.spec.env;
   t.secret_env = job.spec.secret_env;
+  // One group per replica on its node, whose ranks share the replica's resources.
+  t.group = "j" + std::to_string(job.id) + "." + std::to_string(g.attempt) + ".r" +
+            std::to_string(r.replica);
+  t.milli_cpus = job.spec.resources.milli_cpus;
+  t.memory_bytes = job.spec.resources.memory_bytes;
+  if (auto tenant = state.tenants.find(job.spec.tenant);
+      tenant != state.tenants.end() && tenant->second.run_as_uid >= 0) {
+    t.uid = tenant->second.run_as_uid;
+    t.gid = tenant->second.run_as_gid;
+  }
   std::string master_addr = "127.0.0.1";
   if (!g.ranks.empty()) {
     auto n = state.nodes.find(g.ranks.front().node);
@@ -513,6 +525,8 @@ Result<Effects> Apply(ClusterState& state, const Event& event, Timestamp now) {
           return ApplyEnsureTenant(c, e);
         } else if constexpr (std::is_same_v<T, SetTenantQuota>) {
           return ApplySetTenantQuota(c, e);
+        } else if constexpr (std::is_same_v<T, SetTenantIdentity>) {
+          return ApplySetTenantIdentity(c, e);
         } else if constexpr (std::is_same_v<T, PutQueue>) {
           return ApplyPutQueue(c, e);
         } else {

@@ -71,7 +71,7 @@ struct Effects {
   std::vector<std::string> stop;  // AgentRegistered: tasks the agent must stop
   std::vector<std::string> acks;  // AgentHeartbeat: exits it may forget
   PassStats stats;                // ApplyDecisions
-  std::optional<Tenant> tenant;   // SetTenantQuota
+  std::optional<Tenant> tenant;   // SetTenantQuota, SetTenantIdentity
   std::optional<Queue> queue;     // PutQueue
 };
 
@@ -178,6 +178,15 @@ struct SetTenantQuota {
   int64_t limit = 0;
   std::string actor;
 };
+// The Unix identity an existing tenant's ranks run as (-1, -1: the agent's own) and
+// whether it may be root's; allow_root unset keeps it.
+struct SetTenantIdentity {
+  std::string name;
+  int64_t uid = -1;
+  int64_t gid = -1;
+  std::optional<bool> allow_root;
+  std::string actor;
+};
 struct PutQueue {
   Queue queue;
 };
@@ -189,7 +198,7 @@ struct DeleteQueue {
 using Event = std::variant<SubmitJobs, CancelJob, HoldJob, ReportCheckpoint, RequestCheckpoint,
                            RequeueExcluding, SendProfile, SetNodeState, NodeLost, AgentRegistered,
                            AgentHeartbeat, Tick, GangRunning, GangExited, EnsureTenant,
-                           SetTenantQuota, PutQueue, DeleteQueue>;
+                           SetTenantQuota, SetTenantIdentity, PutQueue, DeleteQueue>;
 
 Result<Effects> Apply(ClusterState& state, const Event& event, Timestamp now);
 

@@ -166,6 +166,51 @@ TEST_F(LifecycleTest, GangIsBoundStartedRunAndFinishedWithItsRecord) {
   EXPECT_THAT(again.acks, ElementsAre(c1[0].start.task_id));
 }
 
+// Each replica's ranks share a group with the replica's cpus and memory, and run as their
+// tenant's identity once one is set.
+TEST_F(LifecycleTest, StartsCarryTheReplicasLimitsAndTheTenantsIdentity) {
+  Must(AgentRegistered{Agent("node-0", 4)});
+  Must(AgentRegistered{Agent("node-1", 4)});
+  Must(EnsureTenant{"vision", "admin"});
+  Effects set = Must(SetTenantIdentity{"vision", 2001, 2002, std::nullopt, "admin"});
+  ASSERT_TRUE(set.tenant);
+  EXPECT_EQ(set.tenant->run_as_uid, 2001);
+  EXPECT_EQ(state_.tenants.at("vision").run_as_gid, 2002);
+  JobSpec spec = Gang(2, 4);
+  spec.tenant = "vision";
+  spec.procs_per_replica = 2;
+  spec.resources.milli_cpus = 8000;
+  spec.resources.memory_bytes = int64_t{64} << 30;
+  const JobId id = Submit(spec);
+  Pass();
+  auto c0 = Take("node-0");
+  auto c1 = Take("node-1");
+  ASSERT_EQ(c0.size(), 2u);
+  ASSERT_EQ(c1.size(), 2u);
+  const std::string prefix = "j" + std::to_string(id) + ".0.r";  // attempts count from 0
+  for (const auto& c : c0) EXPECT_EQ(c.start.group, prefix + "0");
+  for (const auto& c : c1) EXPECT_EQ(c.start.group, prefix + "1");
+  EXPECT_EQ(c0[1].start.milli_cpus, 8000);
+  EXPECT_EQ(c0[1].start.memory_bytes, int64_t{64} << 30);
+  EXPECT_EQ(c1[0].start.uid, 2001);
+  EXPECT_EQ(c1[0].start.gid, 2002);
+
+  // The default tenant names none: the agent's own.
+  Must(AgentRegistered{Agent("node-2", 4)});
+  Submit(Gang(1, 4));
+  Pass();
+  auto next = Take("node-2");
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].start.uid, -1);
+  // Root's ids are refused until root is allowed; an unknown tenant is not found.
+  EXPECT_FALSE(Apply(state_, SetTenantIdentity{"vision", 0, 0, std::nullopt, "a"}, now_).ok());
+  EXPECT_EQ(state_.tenants.at("vision").run_as_uid, 2001);
+  EXPECT_TRUE(Apply(state_, SetTenantIdentity{"vision", 0, 0, true, "a"}, now_).ok());
+  auto ghost = Apply(state_, SetTenantIdentity{"ghost", 1, 1, std::nullopt, "a"}, now_);
+  ASSERT_FALSE(ghost.ok());
+  EXPECT_EQ(ghost.status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(LifecycleTest, RefusalsChangeNothing) {
   JobSpec bad = Gang(1, 1);
   bad.priority = "urgent";

@@ -295,7 +295,10 @@ Status ApplySetTenantQuota(Ctx& c, const SetTenantQuota& ev) {
   TY_RETURN_IF_ERROR(ValidateTenant(tenant));
   std::vector<Queue> changed;
   if (auto it = c.s.tenants.find(ev.name); it != c.s.tenants.end()) {
-    tenant.description = it->second.description;
+    // The quota alone changes.
+    tenant = it->second;
+    tenant.guaranteed_gpus = ev.guaranteed;
+    tenant.limit_gpus = ev.limit;
     int64_t sum = 0;
     for (const auto& [key, q] : c.s.queues) {
       if (key.first != ev.name) continue;
@@ -329,6 +332,23 @@ Status ApplySetTenantQuota(Ctx& c, const SetTenantQuota& ev) {
   c.s.tenants[ev.name] = tenant;
   for (const Queue& q : changed) c.s.queues[{q.tenant, q.name}] = q;
   SyncQueues(c);
+  c.fx.tenant = tenant;
+  return Status::Ok();
+}
+
+Status ApplySetTenantIdentity(Ctx& c, const SetTenantIdentity& ev) {
+  auto it = c.s.tenants.find(ev.name);
+  if (it == c.s.tenants.end()) {
+    return NotFound("tenant " + QuoteForMessage(ev.name) +
+                    " does not exist; a cluster-admin creates it (`trainyard tenants quota`)");
+  }
+  Tenant tenant = it->second;
+  tenant.run_as_uid = ev.uid;
+  tenant.run_as_gid = ev.gid;
+  if (ev.allow_root) tenant.allow_root = *ev.allow_root;
+  TY_RETURN_IF_ERROR(ValidateTenant(tenant));
+  if (c.record()) c.fx.batch.PutTenant(tenant);
+  it->second = tenant;
   c.fx.tenant = tenant;
   return Status::Ok();
 }

@@ -97,7 +97,8 @@ struct NodeEntry {
   // sets; in effect while the node is connected and healthy.
   NodeState set_state = NodeState::kReady;
   std::optional<protocol::HealthCheckResult> health_check;  // the latest
-  std::deque<QueuedCommand> outbox;                         // oldest first
+  std::string limits;                // how its agent limits tasks (protocol::Registration::limits)
+  std::deque<QueuedCommand> outbox;  // oldest first
 };
 
 // The state the scheduler and users see of `n`: NotReady while its agent is away or

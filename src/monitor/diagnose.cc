@@ -10,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "core/job.h"
 #include "monitor/series_math.h"
 #include "monitor/webhook.h"  // FormatRfc3339
 
@@ -170,6 +171,7 @@ class Walk {
   Diagnosis Run() {
     ReadGpus();
     NodeLost();
+    OutOfMemory();
     GpuErrors();
     Thermal();
     Hang();
@@ -382,6 +384,32 @@ class Walk {
   }
 
   // ---- System layer ----
+
+  // An attempt whose rank the kernel killed for outgrowing its replica's memory limit
+  // (the agent reports it as "OOMKilled: memory limit <limit>", docs/execution.md).
+  void OutOfMemory() {
+    const auto& messages = job_.attempt_messages;
+    std::vector<Finding> found;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const size_t at = messages[i].find(kOomKilled);
+      if (at == std::string::npos) continue;
+      Finding f = NewFinding(Layer::kSystem, "oom_killed");
+      f.summary = "attempt " + std::to_string(i + 1) + " ended when the kernel killed " +
+                  messages[i].substr(0, at == 0 ? 0 : at - 1) + (at == 0 ? "a rank" : "") +
+                  " for using more memory than its replica may (" + messages[i].substr(at) + ")";
+      f.evidence.push_back("attempt " + std::to_string(i + 1) + ": " + messages[i]);
+      f.next_step =
+          "Raise resources.memory in the job spec (a replica's ranks share it), or make the "
+          "job use less: a smaller batch, fewer data loader workers. `trainyard jobs show " +
+          job_id_ + "` lists every attempt's reason.";
+      found.push_back(std::move(f));
+    }
+    if (messages.empty())
+      return Record(Layer::kSystem, "out_of_memory", kOk, "no attempt has ended");
+    std::string detail = Plural(messages.size(), "attempt");
+    if (found.empty()) detail += ", none ended by the OOM killer";
+    Conclude(Layer::kSystem, "out_of_memory", std::move(found), std::move(detail));
+  }
 
   void NodeLost() {
     const SeriesMap series = Read("node.heartbeat_age_s", window_from_);

@@ -52,6 +52,8 @@ struct JobContext {
   std::map<std::string, std::string> node_leaf;  // node -> its leaf switch
   Duration checkpoint_interval{0};               // 0: the job checkpoints on demand only
   std::vector<Alert> alerts;  // firing alerts about the job or its nodes (for evidence)
+  // Why each of its ended attempts ended, oldest first ("" for one still open).
+  std::vector<std::string> attempt_messages;
 };
 
 struct DiagnoseOptions {

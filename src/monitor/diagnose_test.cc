@@ -116,9 +116,9 @@ std::string Evidence(const Finding& f) {
 
 using V = std::vector<std::string>;
 
-const V kWalk = {"node_lost",  "gpu_errors", "thermal",   "hang",
-                 "data_stall", "straggler",  "links",     "comm_bottleneck",
-                 "loss_nan",   "grad_spike", "loss_flat", "checkpoint"};
+const V kWalk = {"node_lost",  "out_of_memory", "gpu_errors", "thermal",         "hang",
+                 "data_stall", "straggler",     "links",      "comm_bottleneck", "loss_nan",
+                 "grad_spike", "loss_flat",     "checkpoint"};
 
 TEST(DiagnoseTest, HealthyJobFindsNothingAndWalksEveryCheck) {
   FakeSource src;
@@ -135,8 +135,8 @@ TEST(DiagnoseTest, HealthyJobFindsNothingAndWalksEveryCheck) {
   }
   EXPECT_EQ(names, kWalk);
   EXPECT_EQ(d.checks[0].layer, Layer::kSystem);
-  EXPECT_EQ(d.checks[6].layer, Layer::kCommunication);
-  EXPECT_EQ(d.checks[11].layer, Layer::kTraining);
+  EXPECT_EQ(d.checks[7].layer, Layer::kCommunication);
+  EXPECT_EQ(d.checks[12].layer, Layer::kTraining);
 }
 
 TEST(DiagnoseTest, JobWithNoSignalsReportsNoDataEverywhere) {
@@ -144,7 +144,15 @@ TEST(DiagnoseTest, JobWithNoSignalsReportsNoDataEverywhere) {
   Diagnosis d = DiagnoseAtNow(src);
   EXPECT_FALSE(d.found());
   ASSERT_EQ(d.checks.size(), kWalk.size());
-  for (const Check& c : d.checks) EXPECT_EQ(c.result, "no data") << c.name << ": " << c.detail;
+  for (const Check& c : d.checks) {
+    // The one check that reads no signal: the job's attempts, of which none has ended.
+    if (c.name == "out_of_memory") {
+      EXPECT_EQ(c.result, "ok");
+      EXPECT_EQ(c.detail, "no attempt has ended");
+      continue;
+    }
+    EXPECT_EQ(c.result, "no data") << c.name << ": " << c.detail;
+  }
   EXPECT_EQ(CheckNamed(d, "node_lost").detail, "no node.heartbeat_age_s for the job's 2 nodes");
 }
 
@@ -189,6 +197,30 @@ TEST(DiagnoseTest, NodeLostNamesTheNode) {
   EXPECT_EQ(f.summary,
             "node n2 is lost: its agent has not reported for 40s (ranks 2, 3 ran there)");
   EXPECT_EQ(CheckNamed(d, "node_lost").result, "found");
+}
+
+TEST(DiagnoseTest, AnAttemptEndedByTheOomKillerIsFoundWithWhatToDo) {
+  FakeSource src;
+  Healthy(src);
+  JobContext job = Job();
+  job.attempt_messages = {"rank 1 on n1 exited with code 1",
+                          "rank 3 on n2 OOMKilled: memory limit 48Gi"};
+  Diagnosis d = DiagnoseAtNow(src, job);
+  ASSERT_EQ(Causes(d), V{"oom_killed"});
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.layer, Layer::kSystem);
+  EXPECT_EQ(f.summary,
+            "attempt 2 ended when the kernel killed rank 3 on n2 for using more memory than its "
+            "replica may (OOMKilled: memory limit 48Gi)");
+  EXPECT_EQ(Evidence(f), "attempt 2: rank 3 on n2 OOMKilled: memory limit 48Gi\n");
+  EXPECT_THAT(f.next_step, HasSubstr("Raise resources.memory"));
+  EXPECT_EQ(CheckNamed(d, "out_of_memory").result, "found");
+  EXPECT_EQ(CheckNamed(d, "out_of_memory").detail, "2 attempts");
+
+  job.attempt_messages = {"rank 1 on n1 exited with code 1"};
+  Diagnosis clean = DiagnoseAtNow(src, job);
+  EXPECT_FALSE(clean.found());
+  EXPECT_EQ(CheckNamed(clean, "out_of_memory").detail, "1 attempt, none ended by the OOM killer");
 }
 
 TEST(DiagnoseTest, GpuErrorsNameTheNodeGpuAndRank) {
@@ -572,9 +604,9 @@ TEST(DiagnoseTest, JsonShape) {
   ASSERT_EQ(j["findings"].size(), 1u);
   EXPECT_EQ(j["findings"][0], j["verdict"]);
   ASSERT_EQ(j["checks"].size(), kWalk.size());
-  EXPECT_EQ(j["checks"][2]["name"], "thermal");
-  EXPECT_EQ(j["checks"][2]["result"], "found");
-  EXPECT_EQ(j["checks"][6]["layer"], "communication");
+  EXPECT_EQ(j["checks"][3]["name"], "thermal");
+  EXPECT_EQ(j["checks"][3]["result"], "found");
+  EXPECT_EQ(j["checks"][7]["layer"], "communication");
   EXPECT_TRUE(j["checks"][0]["detail"].is_string());
 
   auto healthy = nlohmann::json::parse(DiagnosisJson(DiagnoseAtNow(FakeSource())));
@@ -602,7 +634,7 @@ TEST(DiagnoseTest, RenderOfNothingFound) {
   FakeSource src;
   Healthy(src);
   const std::string text = RenderDiagnosis(DiagnoseAtNow(src));
-  EXPECT_EQ(text.rfind("job 17: nothing wrong found (12 checks)\nwalk:\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("job 17: nothing wrong found (13 checks)\nwalk:\n", 0), 0u) << text;
   const std::string empty = RenderDiagnosis(DiagnoseAtNow(FakeSource()));
   EXPECT_THAT(empty, HasSubstr("note: 12 checks had no data to read (see the walk)\n"));
 }

@@ -164,6 +164,22 @@ Result<TaskStart> ParseTaskStart(const Fields& f) {
       s.gpus.push_back(static_cast<int>(x));
     }
   }
+  TY_RETURN_IF_ERROR(f.Str("group", s.group));
+  const bool plain_group =
+      s.group.size() <= 200 && (s.group.empty() || s.group.front() != '.') &&
+      s.group.find_first_not_of(
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == std::string::npos;
+  if (!plain_group) {
+    return f.Wrong("group", *f.Get("group"), "0-200 of A-Z a-z 0-9 . _ -, not starting with \".\"");
+  }
+  TY_RETURN_IF_ERROR(f.Int("milli_cpus", s.milli_cpus, 0, int64_t{1} << 40));
+  TY_RETURN_IF_ERROR(f.Int("memory_bytes", s.memory_bytes, 0, int64_t{1} << 56));
+  TY_RETURN_IF_ERROR(f.Int("uid", s.uid, -1, INT32_MAX));
+  TY_RETURN_IF_ERROR(f.Int("gid", s.gid, -1, INT32_MAX));
+  if ((s.uid < 0) != (s.gid < 0)) {
+    return f.Wrong("gid", f.Get("gid") ? *f.Get("gid") : json(s.gid),
+                   "set together with uid (both >= 0, or both absent)");
+  }
   return s;
 }
 
@@ -354,6 +370,7 @@ ordered_json ToJson(const Registration& r) {
   node["simulated"] = r.simulated;
   ordered_json j = {{"node", std::move(node)}};
   if (r.health_check) j["health_check"] = ToJson(*r.health_check);
+  if (!r.limits.empty()) j["limits"] = r.limits;
   j["tasks"] = TaskList(r.tasks);
   return j;
 }
@@ -430,6 +447,15 @@ ordered_json ToJson(const Command& c) {
                            {"rank", t.rank},       {"argv", t.argv},     {"env", t.env},
                            {"workdir", t.workdir}, {"gpus", t.gpus}};
       if (!t.secret_env.empty()) task["secret_env"] = t.secret_env;
+      if (!t.group.empty()) {
+        task["group"] = t.group;
+        task["milli_cpus"] = t.milli_cpus;
+        task["memory_bytes"] = t.memory_bytes;
+      }
+      if (t.uid >= 0) {
+        task["uid"] = t.uid;
+        task["gid"] = t.gid;
+      }
       return {{"kind", "start"}, {"task", std::move(task)}};
     }
     case Command::Kind::kPreempt:
@@ -542,6 +568,10 @@ Result<Registration> ParseRegistration(const json& j) {
   TY_RETURN_IF_ERROR(ValidateNode(n));
   TY_RETURN_IF_ERROR(ParseTasks(top, r.tasks));
   TY_RETURN_IF_ERROR(ParseHealthCheck(top, r.health_check));
+  TY_RETURN_IF_ERROR(top.Str("limits", r.limits));
+  if (r.limits.size() > 4096) {
+    return top.Wrong("limits", *top.Get("limits"), "at most 4096 bytes");
+  }
   return r;
 }
 

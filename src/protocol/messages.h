@@ -96,6 +96,9 @@ struct Registration {
   bool simulated = false;
   std::vector<TaskStatus> tasks;
   std::optional<HealthCheckResult> health_check;  // run before registering
+  // How the agent limits tasks: "cgroup v1 at …", "cgroup v2 at …", or "none: <why>"
+  // (tasks run without limits); "": not said (an older agent).
+  std::string limits;
   bool operator==(const Registration&) const = default;
 };
 
@@ -185,6 +188,15 @@ struct TaskStart {
   std::vector<std::string> secret_env;  // keys of env whose values are secret
   std::string workdir;                  // "": the agent's working directory
   std::vector<int> gpus;
+  // The limits of the rank's replica on the node: its ranks share one cgroup, `group`
+  // (a plain name), with these limits; 0 leaves one unlimited. "" (and from servers
+  // that predate it): no group.
+  std::string group;
+  int64_t milli_cpus = 0;
+  int64_t memory_bytes = 0;
+  // The Unix identity the rank runs as (its tenant's run_as); -1: the agent's own.
+  int64_t uid = -1;
+  int64_t gid = -1;
   bool operator==(const TaskStart&) const = default;
 };
 

@@ -781,6 +781,9 @@ Result<monitor::Diagnosis> Alerting::Diagnose(JobId id) {
   std::transform(ctx.state.begin(), ctx.state.end(), ctx.state.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   ctx.checkpoint_interval = v.job.spec.checkpoint.interval;
+  for (const Attempt& a : v.job.attempts) {
+    if (a.end_time) ctx.attempt_messages.push_back(a.message);
+  }
   std::set<std::string> job_nodes;
   if (const Attempt* a = v.job.CurrentAttempt()) {
     const int32_t procs = std::max(v.job.spec.procs_per_replica, 1);

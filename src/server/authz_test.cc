@@ -417,6 +417,13 @@ const std::map<std::string, Rule>& Rules() {
                          R"({"guaranteed_gpus": 1000, "limit_gpus": 1000})"};
         },
         AdminOnly}},
+      {"PUT /api/v1/tenants/([^/]+)/run-as",
+       {kTenants,
+        [](AuthzTest&, const Caller&, Scope s) {
+          return Request{"/api/v1/tenants/" + AuthzTest::TenantOf(s) + "/run-as",
+                         R"({"run_as": "2001:2001"})"};
+        },
+        AdminOnly}},
       {"PUT /api/v1/queues/([^/]+)/([^/]+)",
        {kTenants,
         [](AuthzTest& t, const Caller&, Scope s) {

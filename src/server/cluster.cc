@@ -342,6 +342,15 @@ Result<Tenant> Cluster::Impl::SetTenantQuota(const std::string& name, int64_t gu
   return std::move(*fx.tenant);
 }
 
+Result<Tenant> Cluster::Impl::SetTenantIdentity(const std::string& name, int64_t uid, int64_t gid,
+                                                std::optional<bool> allow_root,
+                                                const std::string& actor) {
+  TY_ASSIGN_OR_RETURN(lifecycle::Effects fx,
+                      MutateEvent(lifecycle::SetTenantIdentity{name, uid, gid, allow_root, actor}));
+  if (!fx.tenant) return Internal("tenant identity: the lifecycle returned no tenant");
+  return std::move(*fx.tenant);
+}
+
 Result<Queue> Cluster::Impl::PutQueue(const Queue& queue) {
   TY_ASSIGN_OR_RETURN(lifecycle::Effects fx, MutateEvent(lifecycle::PutQueue{queue}));
   if (!fx.queue) return Internal("put queue: the lifecycle returned no queue");
@@ -496,6 +505,11 @@ std::vector<PriorityClass> Cluster::ListPriorityClasses() { return impl_->ListPr
 Result<Tenant> Cluster::SetTenantQuota(const std::string& name, int64_t guaranteed, int64_t limit,
                                        const std::string& actor) {
   return impl_->SetTenantQuota(name, guaranteed, limit, actor);
+}
+Result<Tenant> Cluster::SetTenantIdentity(const std::string& name, int64_t uid, int64_t gid,
+                                          std::optional<bool> allow_root,
+                                          const std::string& actor) {
+  return impl_->SetTenantIdentity(name, uid, gid, allow_root, actor);
 }
 // The store keeps no author for queues: the audit log (server/api.cc) records who.
 Result<Queue> Cluster::PutQueue(const Queue& queue, const std::string& /*actor*/) {

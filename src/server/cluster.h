@@ -128,7 +128,10 @@ struct NodeView {
   std::vector<LinkTelemetry> links;               // from the last heartbeat
   std::vector<DiskTelemetry> disks;               // from the last heartbeat
   std::optional<HealthCheckResult> health_check;  // the latest, when the agent runs one
-  std::vector<FaultSpec> faults;                  // injected and active (not comm-slow)
+  // How its agent limits tasks: "cgroup v1 at …", "cgroup v2 at …", "none: <why>";
+  // "" when the agent does not say.
+  std::string limits;
+  std::vector<FaultSpec> faults;  // injected and active (not comm-slow)
 };
 
 // A fault injected into a node (docs/faults.md).
@@ -277,6 +280,11 @@ class Cluster {
   // its queues' guarantees add up to or `limit` below a queue's guarantee.
   Result<Tenant> SetTenantQuota(const std::string& name, int64_t guaranteed, int64_t limit,
                                 const std::string& actor);
+  // The identity an existing tenant's ranks run as (NotFound otherwise); -1, -1: the
+  // agent's own. allow_root unset keeps it. InvalidArgument for root's ids without
+  // allow_root (ValidateRunAs). Jobs started afterwards run as the new identity.
+  Result<Tenant> SetTenantIdentity(const std::string& name, int64_t uid, int64_t gid,
+                                   std::optional<bool> allow_root, const std::string& actor);
   // Creates or changes queue `queue` of an existing tenant (NotFound otherwise).
   // InvalidArgument for a bad queue (ValidateQueue) or a parent the tenant lacks;
   // FailedPrecondition, naming the numbers, when the tenant's queues' guarantees would

@@ -85,6 +85,8 @@ class Cluster::Impl {
   Status RequestCheckpoint(JobId id, const std::string& why, const std::string& actor);
   Result<Tenant> SetTenantQuota(const std::string& name, int64_t guaranteed, int64_t limit,
                                 const std::string& actor);
+  Result<Tenant> SetTenantIdentity(const std::string& name, int64_t uid, int64_t gid,
+                                   std::optional<bool> allow_root, const std::string& actor);
   Result<Queue> PutQueue(const Queue& queue);
   Status DeleteQueue(const std::string& tenant, const std::string& name);
 

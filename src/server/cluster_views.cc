@@ -169,6 +169,7 @@ NodeView Cluster::Impl::NodeViewLocked(const std::string& name, const lifecycle:
   v.connected = n.connected;
   v.last_heartbeat = n.last_heartbeat;
   v.health_check = n.health_check;
+  v.limits = n.limits;
   if (auto x = extras_.find(name); x != extras_.end()) {
     v.telemetry = x->second.telemetry;
     v.links = x->second.links;

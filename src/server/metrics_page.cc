@@ -44,7 +44,7 @@ std::string RenderMetricsPage(const MetricsPage& page) {
     by_state[std::string(NodeStateName(s))] = 0;
   }
   std::map<MetricLabels, double> gpus;
-  std::map<MetricLabels, double> heartbeat_age;
+  std::map<MetricLabels, double> heartbeat_age, limited;
   for (const NodeView& v : page.nodes) {
     ++by_state[std::string(NodeStateName(v.node.state))];
     const int64_t total = static_cast<int64_t>(v.node.gpus.size());
@@ -58,12 +58,17 @@ std::string RenderMetricsPage(const MetricsPage& page) {
       heartbeat_age[{{"node", v.node.name}}] =
           std::chrono::duration<double>(page.now - v.last_heartbeat).count();
     }
+    if (!v.limits.empty()) limited[{{"node", v.node.name}}] = v.limits.starts_with("none") ? 0 : 1;
   }
   e.Family("trainyard_nodes", "Nodes by state.", MetricType::kGauge);
   for (const auto& [state, n] : by_state) e.Sample({{"state", state}}, n);
   Gauges(e, "trainyard_gpus", "GPUs by type and state (allocated, free, unavailable).", gpus);
   Gauges(e, "trainyard_node_heartbeat_age_seconds",
          "Seconds since each node's agent last reported to this server.", heartbeat_age);
+  Gauges(e, "trainyard_node_task_limits",
+         "1 when the node's agent runs tasks in cgroups with cpu, memory and pids limits, 0 "
+         "when the host gives it none (nodes says why).",
+         limited);
 
   // --- jobs and queues ---
   std::map<MetricLabels, double> jobs;

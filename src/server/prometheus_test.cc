@@ -540,6 +540,7 @@ MetricsPage FullPage() {
   ready.node.gpus = {MakeGpu(0), MakeGpu(1)};
   ready.last_heartbeat = page.now - std::chrono::seconds(3);
   ready.gpus_used = 1;
+  ready.limits = "cgroup v1 at /sys/fs/cgroup/cpu/trainyard, /sys/fs/cgroup/memory/trainyard";
   for (int i = 0; i < 2; ++i) {
     ready.telemetry.push_back({.index = i,
                                .util_pct = 97,
@@ -556,6 +557,7 @@ MetricsPage FullPage() {
   down.node.name = "node-1";
   down.node.state = NodeState::kDown;
   down.node.gpus = {MakeGpu(0)};
+  down.limits = "none: no cgroup v2 mount; no cgroup v1 cpu hierarchy";
   page.nodes = {ready, down};
   QueueView queue;
   queue.queue.name = "train";
@@ -615,6 +617,17 @@ TEST(MetricsPageTest, AFullPageHasSeriesInEveryFamily) {
     EXPECT_FALSE(f.samples.empty()) << f.name << " has no series on the full page";
     EXPECT_FALSE(f.help.empty()) << f.name;
   }
+}
+
+TEST(MetricsPageTest, TaskLimitsSayWhichNodesLimitTheirTasks) {
+  const std::vector<ParsedFamily> families = MustParse(RenderMetricsPage(FullPage()));
+  const ParsedFamily* limits = FindFamily(families, "trainyard_node_task_limits");
+  ASSERT_NE(limits, nullptr);
+  ASSERT_EQ(limits->samples.size(), 2u);
+  EXPECT_THAT(limits->samples[0].labels, ElementsAre(Pair("node", "node-0")));
+  EXPECT_EQ(limits->samples[0].value, 1);
+  EXPECT_THAT(limits->samples[1].labels, ElementsAre(Pair("node", "node-1")));
+  EXPECT_EQ(limits->samples[1].value, 0);
 }
 
 TEST(MetricsPageTest, OwnGpuSeriesHaveSnakeCaseLabelsAndDcgmSeriesKeepTheirs) {

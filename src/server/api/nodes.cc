@@ -110,6 +110,7 @@ ordered_json RenderNode(const NodeView& v) {
     }
     j["disks"] = std::move(disks);
   }
+  if (!v.limits.empty()) j["limits"] = v.limits;
   if (v.health_check) {
     j["health_check"] = {{"ok", v.health_check->ok},
                          {"output", v.health_check->output},

@@ -35,6 +35,39 @@ Result<TenantQuota> ParseTenantQuota(std::string_view body) {
   return q;
 }
 
+Result<TenantIdentity> ParseTenantIdentity(std::string_view body) {
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "tenant"));
+  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "tenant", {"run_as", "allow_root"}));
+  TenantIdentity id;
+  auto run_as = j.find("run_as");
+  if (run_as == j.end())
+    return InvalidArgument("tenant.run_as: required (\"UID:GID\", or \"\" for the agent's own)");
+  const std::string want = "\"UID:GID\" (decimal ids, 0.." + std::to_string(kMaxUnixId) +
+                           "), or \"\" for the agent's own identity";
+  if (!run_as->is_string())
+    return InvalidArgument("tenant.run_as: must be " + want + ", got " + run_as->dump());
+  const std::string text = run_as->get<std::string>();
+  if (!text.empty()) {
+    const size_t colon = text.find(':');
+    auto number = [](std::string_view s, int64_t& out) {
+      if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string_view::npos)
+        return false;
+      out = std::stoll(std::string(s));
+      return out <= kMaxUnixId;
+    };
+    if (colon == std::string::npos || !number(std::string_view(text).substr(0, colon), id.uid) ||
+        !number(std::string_view(text).substr(colon + 1), id.gid)) {
+      return InvalidArgument("tenant.run_as: must be " + want + ", got \"" + text + "\"");
+    }
+  }
+  if (auto root = j.find("allow_root"); root != j.end()) {
+    if (!root->is_boolean())
+      return InvalidArgument("tenant.allow_root: must be true or false, got " + root->dump());
+    id.allow_root = root->get<bool>();
+  }
+  return id;
+}
+
 Result<Queue> ParseQueue(std::string_view body, const std::string& tenant,
                          const std::string& name) {
   TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "queue"));
@@ -96,6 +129,18 @@ Result<Reply> SetQuota(const ApiServices& s, const Request& req, Call& call) {
   return Reply::Json(200, RenderTenant(t));
 }
 
+Result<Reply> SetRunAs(const ApiServices& s, const Request& req, Call& call) {
+  const std::string name = req.matches[1].str();
+  call.object = "tenant/" + name.substr(0, 63);
+  call.tenant = name.substr(0, 63);
+  TY_RETURN_IF_ERROR(Authorize(call.who, Action::kManageTenants, {name}));
+  TY_RETURN_IF_ERROR(ValidateName("tenant", name));
+  TY_ASSIGN_OR_RETURN(TenantIdentity id, ParseTenantIdentity(req.body));
+  TY_ASSIGN_OR_RETURN(
+      Tenant t, s.cluster.SetTenantIdentity(name, id.uid, id.gid, id.allow_root, call.who.Actor()));
+  return Reply::Json(200, RenderTenant(t));
+}
+
 // The queue a request names (matches 1 and 2), if the caller may manage its tenant's
 // queues; sets the call's object and tenant for the audit log.
 Status ManagedQueue(const Request& req, Call& call) {
@@ -137,6 +182,7 @@ void InstallTenancyRoutes(Routes& routes, const ApiServices& s) {
   routes.User("GET", V1("/queues"), Action::kReadCluster, Bind(s, ListQueues));
   routes.User("GET", V1("/tenants"), Action::kReadCluster, Bind(s, ListTenants));
   routes.User("PUT", V1(R"(/tenants/([^/]+)/quota)"), Action::kManageTenants, Bind(s, SetQuota));
+  routes.User("PUT", V1(R"(/tenants/([^/]+)/run-as)"), Action::kManageTenants, Bind(s, SetRunAs));
   routes.User("PUT", V1(R"(/queues/([^/]+)/([^/]+))"), Action::kManageQueues, Bind(s, PutQueue));
   routes.User("DELETE", V1(R"(/queues/([^/]+)/([^/]+))"), Action::kManageQueues,
               Bind(s, DeleteQueue));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,15 @@ struct TenantQuota {
   int64_t limit_gpus = 0;
 };
 Result<TenantQuota> ParseTenantQuota(std::string_view body);
+
+// PUT /tenants/{name}/run-as: {"run_as": "UID:GID" or "" (the agent's own), "allow_root":
+// bool (optional)}. InvalidArgument naming the field, the value and what is valid.
+struct TenantIdentity {
+  int64_t uid = -1;
+  int64_t gid = -1;
+  std::optional<bool> allow_root;
+};
+Result<TenantIdentity> ParseTenantIdentity(std::string_view body);
 // PUT /queues/{tenant}/{name} body: {"guaranteed_gpus", "limit_gpus"} (required),
 // "weight" (1), "parent" (none). The whole queue: omitted fields take their defaults.
 Result<Queue> ParseQueue(std::string_view body, const std::string& tenant, const std::string& name);

@@ -69,6 +69,52 @@ std::vector<RouteCase> TenancyRouteCases() {
          EXPECT_THAT(denied.body["error"].get<std::string>(),
                      HasSubstr("needs role cluster-admin"));
        }},
+      {"PUT /api/v1/tenants/([^/]+)/run-as",
+       [](ApiFixture& f) {
+         Answer a = f.Call("PUT", "/api/v1/tenants/vision/run-as", R"({"run_as": "2001:2002"})");
+         ASSERT_EQ(a.status, 200) << a.text;
+         EXPECT_EQ(a.body, json({{"name", "vision"},
+                                 {"description", "created by test"},
+                                 {"guaranteed_gpus", kMaxQueueGpus},
+                                 {"limit_gpus", kMaxQueueGpus},
+                                 {"run_as_uid", 2001},
+                                 {"run_as_gid", 2002}}));
+         // A quota change keeps the identity.
+         Answer q = f.Call("PUT", "/api/v1/tenants/vision/quota",
+                           R"({"guaranteed_gpus": 2, "limit_gpus": 4})");
+         EXPECT_EQ(q.body["run_as_uid"], 2001) << q.text;
+         // Root's ids need allow_root; then they are taken.
+         EXPECT_EQ(f.Call("PUT", "/api/v1/tenants/vision/run-as", R"({"run_as": "0:0"})").body,
+                   Error("tenant.run_as: 0:0 is root's; a cluster admin must allow root for "
+                         "tenant vision first (allow_root)"));
+         Answer root = f.Call("PUT", "/api/v1/tenants/vision/run-as",
+                              R"({"run_as": "0:0", "allow_root": true})");
+         ASSERT_EQ(root.status, 200) << root.text;
+         EXPECT_EQ(root.body["allow_root"], true);
+         // Back to the agent's own identity.
+         Answer reset = f.Call("PUT", "/api/v1/tenants/vision/run-as", R"({"run_as": ""})");
+         ASSERT_EQ(reset.status, 200) << reset.text;
+         EXPECT_FALSE(reset.body.contains("run_as_uid")) << reset.text;
+         for (const char* bad : {R"({"run_as": "2001"})", R"({"run_as": "a:b"})",
+                                 R"({"run_as": "-1:5"})", R"({"run_as": "9999999999:1"})"}) {
+           Answer b = f.Call("PUT", "/api/v1/tenants/vision/run-as", bad);
+           EXPECT_EQ(b.status, 400) << bad;
+           EXPECT_THAT(b.body["error"].get<std::string>(),
+                       HasSubstr("tenant.run_as: must be \"UID:GID\""))
+               << bad;
+         }
+         EXPECT_EQ(f.Call("PUT", "/api/v1/tenants/vision/run-as", R"({"run_as": 5})").status, 400);
+         EXPECT_EQ(
+             f.Call("PUT", "/api/v1/tenants/vision/run-as", R"({"run_as": "", "allow_root": 1})")
+                 .body,
+             Error("tenant.allow_root: must be true or false, got 1"));
+         EXPECT_EQ(f.Call("PUT", "/api/v1/tenants/ghost/run-as", R"({"run_as": "1:1"})").status,
+                   404);
+         EXPECT_EQ(f.CallAs(f.member_token_, "PUT", "/api/v1/tenants/vision/run-as",
+                            R"({"run_as": "1:1"})")
+                       .status,
+                   403);
+       }},
       {"PUT /api/v1/queues/([^/]+)/([^/]+)",
        [](ApiFixture& f) {
          Answer a = f.Call("PUT", "/api/v1/queues/vision/train",
