@@ -37,6 +37,9 @@ inline constexpr DaemonCommand kDaemonCommands[] = {
      "Run the node agent: register this machine with a server, run the tasks it assigns,\n"
      "report GPU telemetry, exits, logs and metrics. SIGINT/SIGTERM stop the tasks (SIGTERM,\n"
      "SIGKILL after --stop-grace) and exit. See docs/agent.md."},
+    {"image",
+     "Load, list and remove container images in this node's image store (images come as\n"
+     "tarballs from docker save / podman save; see docs/images.md)"},
     {"server", "Run the control plane: REST API, scheduler loop and agent endpoints (docs/api.md)"},
     {"store", "Work on a control plane's store (docs/ha.md)"},
     {"up", "Start a local cluster: the server and N agents with simulated GPUs on this machine"},
