@@ -284,6 +284,24 @@ TEST_F(ImageStoreTest, TheDigestIsTheSha256OfTheConfig) {
   EXPECT_EQ(Read(rec->rootfs + "/a"), "a");  // a zstd layer
 }
 
+TEST_F(ImageStoreTest, FollowsDockerSaveLinksBetweenLayerFiles) {
+  // docker save stores a layer once and links to it where it recurs.
+  const std::string layer = Tar({File("f", "f")});
+  const std::string config = Config({}, "", 2);
+  const std::string tar =
+      Write("img.tar",
+            Tar({File("c.json", config), Dir("a"), File("a/layer.tar", layer), Dir("b"),
+                 Symlink("b/layer.tar", "../a/layer.tar"),
+                 File("manifest.json", json::array({{{"Config", "c.json"},
+                                                     {"RepoTags", {"x:1"}},
+                                                     {"Layers", {"a/layer.tar", "b/layer.tar"}}}})
+                                           .dump())}));
+  auto rec = Store().Load(tar);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->layers, 2);
+  EXPECT_EQ(Read(rec->rootfs + "/f"), "f");
+}
+
 TEST_F(ImageStoreTest, LoadsAnOciLayoutWithItsRefNameAnnotation) {
   const std::string config = Config({"PATH=/usr/bin"}, "/", 1);
   const std::string tar = Write(
