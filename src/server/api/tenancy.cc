@@ -117,12 +117,19 @@ Result<Reply> ListTenants(const ApiServices& s, const Request&, Call&) {
   return Reply::Json(200, ordered_json{{"tenants", std::move(tenants)}});
 }
 
-Result<Reply> SetQuota(const ApiServices& s, const Request& req, Call& call) {
-  const std::string name = req.matches[1].str();
+// The tenant a request names (match 1), if the caller may manage tenants; sets the
+// call's object and tenant for the audit log.
+Result<std::string> ManagedTenant(const Request& req, Call& call) {
+  std::string name = req.matches[1].str();
   call.object = "tenant/" + name.substr(0, 63);
   call.tenant = name.substr(0, 63);
   TY_RETURN_IF_ERROR(Authorize(call.who, Action::kManageTenants, {name}));
   TY_RETURN_IF_ERROR(ValidateName("tenant", name));
+  return name;
+}
+
+Result<Reply> SetQuota(const ApiServices& s, const Request& req, Call& call) {
+  TY_ASSIGN_OR_RETURN(std::string name, ManagedTenant(req, call));
   TY_ASSIGN_OR_RETURN(TenantQuota quota, ParseTenantQuota(req.body));
   TY_ASSIGN_OR_RETURN(Tenant t, s.cluster.SetTenantQuota(name, quota.guaranteed_gpus,
                                                          quota.limit_gpus, call.who.Actor()));
@@ -130,11 +137,7 @@ Result<Reply> SetQuota(const ApiServices& s, const Request& req, Call& call) {
 }
 
 Result<Reply> SetRunAs(const ApiServices& s, const Request& req, Call& call) {
-  const std::string name = req.matches[1].str();
-  call.object = "tenant/" + name.substr(0, 63);
-  call.tenant = name.substr(0, 63);
-  TY_RETURN_IF_ERROR(Authorize(call.who, Action::kManageTenants, {name}));
-  TY_RETURN_IF_ERROR(ValidateName("tenant", name));
+  TY_ASSIGN_OR_RETURN(std::string name, ManagedTenant(req, call));
   TY_ASSIGN_OR_RETURN(TenantIdentity id, ParseTenantIdentity(req.body));
   TY_ASSIGN_OR_RETURN(
       Tenant t, s.cluster.SetTenantIdentity(name, id.uid, id.gid, id.allow_root, call.who.Actor()));
