@@ -192,6 +192,13 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         out << "  tenant/queue: " << Str(j["spec"], "tenant") << "/" << Str(j["spec"], "queue")
             << "  priority: " << Str(j["spec"], "priority") << "  retries: " << Str(j, "retries")
             << "\n";
+        if (const std::string image = Str(j["spec"], "image"); !image.empty()) {
+          std::string digest;
+          for (const auto& a : j["attempts"]) {
+            if (a.contains("image_digest")) digest = Str(a, "image_digest");
+          }
+          out << "  image: " << image << (digest.empty() ? "" : " (" + digest + ")") << "\n";
+        }
         if (!j["checkpoint"].is_null()) {
           out << "  checkpoint: " << Str(j["checkpoint"], "path") << " (step "
               << Str(j["checkpoint"], "step") << ", "

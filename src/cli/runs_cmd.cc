@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/client.h"
+#include "core/image_ref.h"
 #include "track/tensorboard.h"
 
 namespace trainyard::cli {
@@ -271,6 +272,21 @@ void AddRunsCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
             return Failure{"run " + f->id +
                            " has no recorded code version (experiment.code: auto)"};
           }
+          // The image as the run's nodes resolved it: a tag may have moved since.
+          if (const std::string image = spec.value("image", ""); !image.empty()) {
+            TY_CALL(run, api.Call("GET", "/api/v1/runs/" + Enc(f->id)));
+            const std::string digest = run.value("image_digest", json()).is_string()
+                                           ? run["image_digest"].get<std::string>()
+                                           : "";
+            if (digest.empty()) {
+              return Failure{"run " + f->id + " runs image " + image +
+                             ", but no node has resolved it to a digest yet (no rank has "
+                             "started); rerun it once one has, or submit its spec again"};
+            }
+            auto ref = ParseImageRef(image);
+            if (!ref.ok()) return Failure{"run " + f->id + ": " + ref.status().message()};
+            spec["image"] = PinnedImageRef(*ref, digest);
+          }
           spec["labels"]["trainyard.dev/rerun-of"] = f->id;
           spec["labels"].erase("trainyard.dev/array-index");
           TY_CALL(res, api.Call("POST", "/api/v1/jobs", spec.dump()));
@@ -278,7 +294,9 @@ void AddRunsCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
             out << res.dump() << "\n";
           } else {
             out << "submitted job " << Str(res, "id") << " (rerun of " << f->id << " at code "
-                << code << ")\n";
+                << code;
+            if (spec.contains("image")) out << ", image " << spec["image"].get<std::string>();
+            out << ")\n";
           }
           return std::nullopt;
         });

@@ -254,6 +254,7 @@ ojson AttemptToJson(const Attempt& a) {
   j["exit_code"] = a.exit_code;
   j["message"] = a.message;
   j["lost_work_ms"] = Millis(a.lost_work);
+  if (!a.image_digest.empty()) j["image_digest"] = a.image_digest;
   return j;
 }
 
@@ -294,6 +295,10 @@ Result<Attempt> AttemptFromJson(const json& v, std::string path) {
   TY_RETURN_IF_ERROR(r.Int32("exit_code", a.exit_code));
   TY_RETURN_IF_ERROR(r.String("message", a.message));
   TY_RETURN_IF_ERROR(r.DurationMs("lost_work_ms", a.lost_work));
+  // Optional: only attempts of containerised jobs have one.
+  if (r.OptionalField("image_digest") != nullptr) {
+    TY_RETURN_IF_ERROR(r.String("image_digest", a.image_digest));
+  }
   return a;
 }
 

@@ -78,6 +78,9 @@ struct Attempt {
   int32_t exit_code = 0;
   std::string message;    // e.g. "rank 3 on node-7 killed by SIGSEGV"
   Duration lost_work{0};  // work since the last checkpoint when it ended early
+  // The image its ranks ran, as the first node to start one resolved the spec's image:
+  // "sha256:<hex>"; empty for host processes (and until a rank has started).
+  std::string image_digest;
 
   bool operator==(const Attempt&) const = default;
 };

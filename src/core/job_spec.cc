@@ -5,6 +5,7 @@
 #include <charconv>
 #include <csignal>
 
+#include "core/image_ref.h"
 #include "core/names.h"
 #include "core/spec_paths.h"
 #include "core/tenancy.h"
@@ -93,6 +94,83 @@ class Checker {
   SpecOrigin origin_;
   std::vector<Diagnostic> out_;
 };
+
+// Targets the runtime or Trainyard itself mounts in every container.
+constexpr std::array<std::string_view, 5> kReservedTargets = {
+    "/proc", "/sys", "/dev", "/var/run/trainyard", "/run/trainyard"};
+
+bool ValidVolumeName(std::string_view v) {
+  if (v.empty() || v.size() > 63 || v[0] == '.' || v[0] == '-' || v[0] == '_') return false;
+  return std::all_of(v.begin(), v.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' ||
+           ch == '.';
+  });
+}
+
+// image, mounts and shm_size: a container's, so the last two need the first.
+void CheckContainer(Checker& c, const JobSpec& spec) {
+  if (!spec.image.empty()) {
+    if (auto ref = ParseImageRef(spec.image); !ref.ok()) c.Add("image", ref.status().message());
+  }
+  if (spec.image.empty() && !spec.mounts.empty()) {
+    c.Add("mounts",
+          "needs image: mounts are made inside a container, and without an image the ranks run "
+          "on the host's own file system");
+  }
+  if (spec.image.empty() && spec.shm_bytes != 0) {
+    c.Add("shm_size", "needs image: it sizes the container's /dev/shm");
+  }
+  if (spec.shm_bytes < 0 || spec.shm_bytes > SpecLimits::kMaxMemoryPerReplica) {
+    c.Add("shm_size",
+          "must be between 0 (the runtime's 64Mi) and 64Ti, got " + FormatMemory(spec.shm_bytes));
+  } else if (spec.resources.memory_bytes > 0 && spec.shm_bytes > spec.resources.memory_bytes) {
+    c.Add("shm_size", FormatMemory(spec.shm_bytes) + " is more than resources.memory (" +
+                          FormatMemory(spec.resources.memory_bytes) +
+                          "), against which what /dev/shm holds is counted");
+  }
+  if (spec.mounts.size() > SpecLimits::kMaxMounts) {
+    c.Add("mounts", "at most " + std::to_string(SpecLimits::kMaxMounts) + " mounts, got " +
+                        std::to_string(spec.mounts.size()));
+    return;
+  }
+  std::vector<std::string> targets;
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    const MountSpec& m = spec.mounts[i];
+    const std::string f = "mounts[" + std::to_string(i) + "]";
+    if (m.source.empty()) {
+      c.Add(f + ".source", "is required: an absolute host path or a volume name");
+    } else if (m.source[0] == '/') {
+      c.Path(f + ".source", m.source);
+    } else if (!ValidVolumeName(m.source)) {
+      c.Add(f + ".source",
+            "must be an absolute host path or a volume name (1 to 63 of a-z 0-9 . _ -, "
+            "starting with a letter or digit), got " +
+                QuoteForMessage(m.source));
+    }
+    if (m.target.empty() || m.target[0] != '/') {
+      c.Add(f + ".target",
+            "must be an absolute path inside the container, got " + QuoteForMessage(m.target));
+      continue;
+    }
+    c.Path(f + ".target", m.target);
+    std::string target = m.target;
+    while (target.size() > 1 && target.back() == '/') target.pop_back();
+    if (target == "/") {
+      c.Add(f + ".target", "cannot be / (the image is the root file system)");
+      continue;
+    }
+    for (std::string_view reserved : kReservedTargets) {
+      if (target == reserved || target.starts_with(std::string(reserved) + "/")) {
+        c.Add(f + ".target", QuoteForMessage(m.target) + " is under " + std::string(reserved) +
+                                 ", which the runtime or Trainyard mounts in every container");
+      }
+    }
+    if (std::find(targets.begin(), targets.end(), target) != targets.end()) {
+      c.Add(f + ".target", QuoteForMessage(m.target) + " is the target of an earlier mount");
+    }
+    targets.push_back(target);
+  }
+}
 
 }  // namespace
 
@@ -332,6 +410,8 @@ std::vector<Diagnostic> ValidateSpec(const JobSpec& spec, SpecOrigin origin) {
   c.Path("output", spec.output);
   c.Path("error", spec.error);
   c.Path("checkpoint.dir", spec.checkpoint.dir);
+
+  CheckContainer(c, spec);
 
   if (spec.time_limit.count() < 0 || spec.time_limit > SpecLimits::kMaxTimeLimit) {
     c.Add("time_limit",

@@ -57,6 +57,17 @@ struct ExperimentSpec {
   bool operator==(const ExperimentSpec&) const = default;
 };
 
+// A host path or a named volume made visible inside a job's containers.
+struct MountSpec {
+  // An absolute host path, or the name of a volume (a directory the agent keeps per
+  // node under its data dir: volumes/<name>, made on first use).
+  std::string source;
+  std::string target;  // absolute path inside the container
+  bool read_only = false;
+
+  bool operator==(const MountSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   std::string tenant;
@@ -84,6 +95,12 @@ struct JobSpec {
   std::map<std::string, std::string> labels;
   std::string output;  // stdout path template; empty: the per-rank log store
   std::string error;   // stderr path template; empty: with stdout
+  // The container image each rank runs in (name[:tag] or name@sha256:<hex>, as
+  // ParseImageRef reads it); empty: the ranks run as host processes. mounts and
+  // shm_size (the size of /dev/shm, 0: the runtime's 64Mi) need an image.
+  std::string image;
+  std::vector<MountSpec> mounts;
+  int64_t shm_bytes = 0;
 
   bool operator==(const JobSpec&) const = default;
 };
@@ -106,6 +123,7 @@ struct SpecLimits {
   static constexpr size_t kMaxParams = 1000;
   static constexpr size_t kMaxPathBytes = 4096;
   static constexpr int32_t kMaxRetries = 100;
+  static constexpr size_t kMaxMounts = 64;
   static constexpr Duration kMaxTimeLimit{int64_t{366} * 86'400'000};
   static constexpr Duration kMaxGrace{int64_t{86'400'000}};
 };

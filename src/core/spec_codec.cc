@@ -36,7 +36,10 @@ const std::vector<std::string_view> kTopFields = {"name",
                                                   "experiment",
                                                   "labels",
                                                   "output",
-                                                  "error"};
+                                                  "error",
+                                                  "image",
+                                                  "mounts",
+                                                  "shm_size"};
 const std::vector<std::string_view> kResourceFields = {"gpus", "gpu_type", "gpu_memory", "cpus",
                                                        "memory"};
 const std::vector<std::string_view> kTopologyFields = {"constraint", "mode"};
@@ -46,6 +49,7 @@ const std::vector<std::string_view> kCheckpointFields = {"dir", "interval", "pre
                                                          "notice_signal"};
 const std::vector<std::string_view> kRetryFields = {"max", "backoff", "max_backoff",
                                                     "exclude_failed_nodes"};
+const std::vector<std::string_view> kMountFields = {"source", "target", "read_only"};
 const std::vector<std::string_view> kExperimentFields = {"name", "params", "data_version", "code"};
 
 // Reads one YAML document into a JobSpec, collecting every problem it meets.
@@ -107,6 +111,12 @@ class SpecReader : public YamlFieldReader {
         String(v, key, spec.output);
       else if (key == "error")
         String(v, key, spec.error);
+      else if (key == "image")
+        String(v, key, spec.image);
+      else if (key == "mounts")
+        ReadMounts(v, spec.mounts);
+      else if (key == "shm_size")
+        MemoryField(v, key, spec.shm_bytes);
     });
   }
 
@@ -258,6 +268,61 @@ class SpecReader : public YamlFieldReader {
       else if (key == "exclude_failed_nodes")
         Bool(x, f, r.exclude_failed_nodes);
     });
+  }
+
+  // mounts: a list of {source, target, read_only} maps, or of "SOURCE:TARGET[:ro|:rw]"
+  // strings as `docker run -v` takes them.
+  void ReadMounts(const YAML::Node& v, std::vector<MountSpec>& out) {
+    if (!v.IsSequence()) {
+      Error(v, "mounts",
+            "must be a list of mounts, e.g. [{source: /datasets, target: /data, read_only: "
+            "true}] or [\"/datasets:/data:ro\"], got " +
+                KindName(v));
+      return;
+    }
+    if (v.size() > SpecLimits::kMaxMounts) {
+      Error(v, "mounts",
+            "must have at most " + std::to_string(SpecLimits::kMaxMounts) + " entries, got " +
+                std::to_string(v.size()));
+      return;
+    }
+    out.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      const std::string f = "mounts[" + std::to_string(i) + "]";
+      MountSpec m;
+      if (e.IsScalar()) {
+        const std::string& text = e.Scalar();
+        std::vector<std::string> parts;
+        for (size_t at = 0;;) {
+          size_t colon = text.find(':', at);
+          parts.push_back(text.substr(at, colon == std::string::npos ? colon : colon - at));
+          if (colon == std::string::npos) break;
+          at = colon + 1;
+        }
+        if (parts.size() < 2 || parts.size() > 3 ||
+            (parts.size() == 3 && parts[2] != "ro" && parts[2] != "rw")) {
+          Error(e, f,
+                "must be SOURCE:TARGET, SOURCE:TARGET:ro or SOURCE:TARGET:rw, got " +
+                    QuoteForMessage(text));
+          continue;
+        }
+        m.source = parts[0];
+        m.target = parts[1];
+        m.read_only = parts.size() == 3 && parts[2] == "ro";
+      } else {
+        if (!Map(e, f, kMountFields)) continue;
+        ForEachField(e, f, kMountFields, [&](const std::string& key, const YAML::Node& x) {
+          if (key == "source")
+            String(x, f + ".source", m.source);
+          else if (key == "target")
+            String(x, f + ".target", m.target);
+          else if (key == "read_only")
+            Bool(x, f + ".read_only", m.read_only);
+        });
+      }
+      out.push_back(std::move(m));
+    }
   }
 
   void ReadExperiment(const YAML::Node& v, ExperimentSpec& e) {
@@ -468,6 +533,15 @@ nlohmann::ordered_json SpecToJson(const JobSpec& s) {
   if (!s.labels.empty()) j["labels"] = s.labels;
   if (!s.output.empty()) j["output"] = s.output;
   if (!s.error.empty()) j["error"] = s.error;
+  if (!s.image.empty()) j["image"] = s.image;
+  if (!s.mounts.empty()) {
+    J mounts = J::array();
+    for (const MountSpec& m : s.mounts) {
+      mounts.push_back(J{{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+    }
+    j["mounts"] = std::move(mounts);
+  }
+  if (s.shm_bytes > 0) j["shm_size"] = FormatMemory(s.shm_bytes);
   return j;
 }
 

@@ -255,6 +255,63 @@ TEST(SpecCodecTest, YamlAndJsonOutputParseBackToTheSameSpec) {
   }
 }
 
+TEST(ContainerSpecTest, ImageMountsAndShmSizeParseAndRoundTrip) {
+  auto r = Parse(
+      "name: t\ncommand: [python3, train.py]\nimage: team/trainer:v2\nshm_size: 8Gi\n"
+      "resources: {memory: 64Gi}\n"
+      "mounts:\n  - {source: /datasets/imagenet, target: /data, read_only: true}\n"
+      "  - scratch:/scratch\n  - /models:/models:ro\n");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Messages(r));
+  EXPECT_EQ(r.spec->image, "team/trainer:v2");
+  EXPECT_EQ(r.spec->shm_bytes, int64_t{8} << 30);
+  EXPECT_THAT(r.spec->mounts, ElementsAre(MountSpec{"/datasets/imagenet", "/data", true},
+                                          MountSpec{"scratch", "/scratch", false},
+                                          MountSpec{"/models", "/models", true}));
+  auto from_yaml = Parse(SpecToYaml(*r.spec));
+  ASSERT_TRUE(from_yaml.ok()) << SpecToYaml(*r.spec);
+  EXPECT_EQ(*from_yaml.spec, *r.spec);
+  auto from_json = Parse(SpecToJson(*r.spec).dump());
+  ASSERT_TRUE(from_json.ok());
+  EXPECT_EQ(*from_json.spec, *r.spec);
+}
+
+TEST(ContainerSpecTest, BadImagesMountsAndShmSizesAreNamed) {
+  const std::string base = "name: t\ncommand: [x]\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"image: Team/Trainer\n", "image: "},
+      {"image: \"trainer@sha256:abc\"\n", "image: "},
+      {"mounts: [/a:/b]\n",
+       "mounts: needs image: mounts are made inside a container, and without an image"},
+      {"shm_size: 1Gi\n", "shm_size: needs image"},
+      {"image: t\nshm_size: lots\n", "shm_size: expected a memory size"},
+      {"image: t\nshm_size: 2Gi\nresources: {memory: 1Gi}\n",
+       "shm_size: 2Gi is more than resources.memory (1Gi)"},
+      {"image: t\nmounts: /a:/b\n", "mounts: must be a list of mounts"},
+      {"image: t\nmounts: [/a]\n",
+       "mounts[0]: must be SOURCE:TARGET, SOURCE:TARGET:ro or SOURCE:TARGET:rw, got \"/a\""},
+      {"image: t\nmounts: [\"/a:/b:rx\"]\n", "mounts[0]: must be SOURCE:TARGET"},
+      {"image: t\nmounts: [{source: /a, target: /b, mode: ro}]\n", "mounts[0].mode"},
+      {"image: t\nmounts: [{target: /b}]\n", "mounts[0].source: is required"},
+      {"image: t\nmounts: [\"Big Volume:/b\"]\n",
+       "mounts[0].source: must be an absolute host path or a volume name"},
+      {"image: t\nmounts: [\"/a:data\"]\n",
+       "mounts[0].target: must be an absolute path inside the container, got \"data\""},
+      {"image: t\nmounts: [\"/a:/\"]\n", "mounts[0].target: cannot be /"},
+      {"image: t\nmounts: [\"/a:/proc/x\"]\n", "mounts[0].target: \"/proc/x\" is under /proc"},
+      {"image: t\nmounts: [\"/a:/run/trainyard\"]\n", "is under /run/trainyard"},
+      {"image: t\nmounts: [\"/a:/d\", \"/b:/d/\"]\n",
+       "mounts[1].target: \"/d/\" is the target of an earlier mount"},
+      {"image: t\nmounts: [\"/a/../etc:/d\"]\n", "mounts[0].source: must not have a \"..\""},
+  };
+  for (const auto& [yaml, message] : cases) {
+    auto r = Parse(base + yaml);
+    ASSERT_FALSE(r.ok()) << yaml;
+    std::string all;
+    for (const auto& m : Messages(r)) all += m + "\n";
+    EXPECT_THAT(all, HasSubstr(message)) << yaml;
+  }
+}
+
 // Valid UTF-8 text from code points across the planes (no NUL, no surrogates). The
 // Unicode noncharacters (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) are left out: yaml-cpp's
 // emitter writes them as U+FFFD, so the YAML view of such a spec is lossy (the JSON

@@ -62,15 +62,20 @@ std::string PolicyProblem(std::string_view field, std::string_view value, const 
 
 }  // namespace
 
-std::vector<std::pair<std::string_view, std::string>> SpecPaths(const JobSpec& spec) {
-  std::vector<std::pair<std::string_view, std::string>> out;
-  auto add = [&](std::string_view field, const std::string& value) {
-    if (!value.empty()) out.emplace_back(field, value);
+std::vector<std::pair<std::string, std::string>> SpecPaths(const JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](std::string field, const std::string& value) {
+    if (!value.empty()) out.emplace_back(std::move(field), value);
   };
   add("working_dir", spec.working_dir);
   add("checkpoint.dir", spec.checkpoint.dir);
   add("output", spec.output);
   add("error", spec.error);
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    if (IsAbsolute(spec.mounts[i].source)) {
+      add("mounts[" + std::to_string(i) + "].source", spec.mounts[i].source);
+    }
+  }
   return out;
 }
 

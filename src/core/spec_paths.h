@@ -1,7 +1,8 @@
 // The paths a job spec names, and the rules that keep them where the admin allows.
 //
 // A spec names four paths: working_dir (where its ranks start), checkpoint.dir
-// (TRAINYARD_CHECKPOINT_DIR), output and error (stdout/stderr templates). A relative
+// (TRAINYARD_CHECKPOINT_DIR), output and error (stdout/stderr templates), and the host
+// paths its containers mount (mounts[i].source; volume names are the agent's own). A relative
 // path is relative to the rank's working directory: working_dir when it is set, else
 // the agent's own working directory. Three layers check them:
 //   1. every spec, in ValidateSpec (so `trainyard validate` too): no ".." component and
@@ -28,7 +29,7 @@
 namespace trainyard {
 
 // The paths `spec` names, as (field, value) in the order above; unset ones left out.
-std::vector<std::pair<std::string_view, std::string>> SpecPaths(const JobSpec& spec);
+std::vector<std::pair<std::string, std::string>> SpecPaths(const JobSpec& spec);
 
 // What is wrong with `path` as a path anywhere in Trainyard ("has a \"..\" component",
 // "holds a control character"), or "" when nothing is. Checks text only.

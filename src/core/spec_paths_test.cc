@@ -103,6 +103,16 @@ TEST(SpecPathsTest, ListsEveryPathTheSpecNames) {
   EXPECT_THAT(SpecPaths(Spec("")), IsEmpty());
 }
 
+TEST(CheckSpecPathsTest, HostPathsMountedIntoContainersAreConfinedButVolumesAreNot) {
+  PathPolicy p;
+  p.allowed_dirs = {"/data"};
+  auto errors = CheckSpecPaths(
+      Spec("image: t\nmounts: [\"/data/imagenet:/in:ro\", \"/etc:/host-etc\", \"cache:/c\"]\n"), p);
+  ASSERT_THAT(errors, SizeIs(1));
+  EXPECT_EQ(errors[0].field, "mounts[1].source");
+  EXPECT_THAT(errors[0].message, HasSubstr("must lie in one of the directories the admin allows"));
+}
+
 TEST(CheckSpecPathsTest, NoPolicyAcceptsAnyCleanPath) {
   PathPolicy none;
   EXPECT_THAT(CheckSpecPaths(Spec("working_dir: rel\ncheckpoint: {dir: /anywhere}\n"), none),

@@ -43,6 +43,17 @@ void UpdateRank(const JobSpec& spec, Rank& r, const protocol::TaskStatus& t) {
   }
 }
 
+// The image a rank's node resolved the job's image to, kept on the attempt (the run's
+// environment, and what `runs rerun` pins) the first time a rank reports it.
+void RecordImage(Ctx& c, JobEntry& e, const protocol::TaskStatus& t) {
+  if (t.image_digest.empty()) return;
+  if (e.job.attempts.empty() || e.job.attempts.back().end_time) return;
+  Attempt& a = e.job.attempts.back();
+  if (a.index != t.attempt || !a.image_digest.empty()) return;
+  a.image_digest = t.image_digest;
+  c.PutJob(e.job);
+}
+
 // The rank `t` is about, when it belongs to the open attempt of an active job and runs
 // on `node`.
 std::pair<JobEntry*, Rank*> FindRank(ClusterState& s, const std::string& node,
@@ -81,6 +92,7 @@ Status ApplyRegistered(Ctx& c, const AgentRegistered& ev) {
   n.address = reg.address;
   n.simulated = reg.simulated;
   n.limits = reg.limits;
+  n.containers = reg.containers;
   const bool was_unreachable = n.unreachable && !n.released;
   const Timestamp unreachable_at = n.unreachable_at;
   n.connected = true;
@@ -114,6 +126,7 @@ Status ApplyRegistered(Ctx& c, const AgentRegistered& ev) {
       continue;
     }
     UpdateRank(e->job.spec, *r, t);
+    RecordImage(c, *e, t);
     touched.insert(e->job.id);
     if (!Exited(t) && Leaving(*e)) {
       // Still running but the gang is on its way out: stop it (again).
@@ -182,6 +195,7 @@ Status ApplyHeartbeat(Ctx& c, const AgentHeartbeat& ev) {
     }
     if (r->state == RankState::kGone) continue;
     UpdateRank(e->job.spec, *r, t);
+    RecordImage(c, *e, t);
     touched.insert(e->job.id);
   }
   for (JobId id : touched) TY_RETURN_IF_ERROR(Evaluate(c, id));

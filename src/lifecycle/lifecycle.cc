@@ -444,6 +444,9 @@ protocol::TaskStart BuildStart(const ClusterState& state, const JobEntry& e, con
     t.uid = tenant->second.run_as_uid;
     t.gid = tenant->second.run_as_gid;
   }
+  t.image = job.spec.image;
+  for (const MountSpec& m : job.spec.mounts) t.mounts.push_back({m.source, m.target, m.read_only});
+  t.shm_bytes = job.spec.shm_bytes;
   std::string master_addr = "127.0.0.1";
   if (!g.ranks.empty()) {
     auto n = state.nodes.find(g.ranks.front().node);

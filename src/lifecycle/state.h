@@ -98,6 +98,7 @@ struct NodeEntry {
   NodeState set_state = NodeState::kReady;
   std::optional<protocol::HealthCheckResult> health_check;  // the latest
   std::string limits;                // how its agent limits tasks (protocol::Registration::limits)
+  std::string containers;            // whether it runs containers (Registration::containers)
   std::deque<QueuedCommand> outbox;  // oldest first
 };
 

@@ -96,6 +96,7 @@ Result<TaskStatus> ParseTaskStatus(const Fields& f) {
   TY_RETURN_IF_ERROR(f.Integer("signal", t.signal));
   TY_RETURN_IF_ERROR(f.Str("message", t.message));
   TY_RETURN_IF_ERROR(f.Bool("fenced", t.fenced));
+  TY_RETURN_IF_ERROR(f.Str("image_digest", t.image_digest));
   return t;
 }
 
@@ -180,6 +181,19 @@ Result<TaskStart> ParseTaskStart(const Fields& f) {
     return f.Wrong("gid", f.Get("gid") ? *f.Get("gid") : json(s.gid),
                    "set together with uid (both >= 0, or both absent)");
   }
+  TY_RETURN_IF_ERROR(f.Str("image", s.image));
+  TY_RETURN_IF_ERROR(f.ObjectList("mounts", 64, s.mounts, [](const Fields& m, TaskMount& out) {
+    TY_RETURN_IF_ERROR(m.Str("source", out.source, true));
+    TY_RETURN_IF_ERROR(m.Str("target", out.target, true));
+    if (out.target.empty() || out.target.front() != '/') {
+      return m.Wrong("target", *m.Get("target"), "an absolute path inside the container");
+    }
+    return m.Bool("read_only", out.read_only);
+  }));
+  if (!s.mounts.empty() && s.image.empty()) {
+    return f.Wrong("mounts", *f.Get("mounts"), "absent: mounts need an image");
+  }
+  TY_RETURN_IF_ERROR(f.Int("shm_bytes", s.shm_bytes, 0, int64_t{1} << 56));
   return s;
 }
 
@@ -336,12 +350,14 @@ std::optional<TaskState> ParseTaskState(std::string_view name) {
 // --- encoding -------------------------------------------------------------------------
 
 ordered_json ToJson(const TaskStatus& t) {
-  return {{"task_id", t.task_id},       {"job_id", t.job_id},
-          {"attempt", t.attempt},       {"rank", t.rank},
-          {"state", t.state},           {"pid", t.pid},
-          {"started_ms", t.started_ms}, {"finished_ms", t.finished_ms},
-          {"exit_code", t.exit_code},   {"signal", t.signal},
-          {"message", t.message},       {"fenced", t.fenced}};
+  ordered_json j = {{"task_id", t.task_id},       {"job_id", t.job_id},
+                    {"attempt", t.attempt},       {"rank", t.rank},
+                    {"state", t.state},           {"pid", t.pid},
+                    {"started_ms", t.started_ms}, {"finished_ms", t.finished_ms},
+                    {"exit_code", t.exit_code},   {"signal", t.signal},
+                    {"message", t.message},       {"fenced", t.fenced}};
+  if (!t.image_digest.empty()) j["image_digest"] = t.image_digest;
+  return j;
 }
 
 ordered_json ToJson(const HealthCheckResult& h) {
@@ -371,6 +387,7 @@ ordered_json ToJson(const Registration& r) {
   ordered_json j = {{"node", std::move(node)}};
   if (r.health_check) j["health_check"] = ToJson(*r.health_check);
   if (!r.limits.empty()) j["limits"] = r.limits;
+  if (!r.containers.empty()) j["containers"] = r.containers;
   j["tasks"] = TaskList(r.tasks);
   return j;
 }
@@ -455,6 +472,16 @@ ordered_json ToJson(const Command& c) {
       if (t.uid >= 0) {
         task["uid"] = t.uid;
         task["gid"] = t.gid;
+      }
+      if (!t.image.empty()) {
+        task["image"] = t.image;
+        ordered_json mounts = ordered_json::array();
+        for (const TaskMount& m : t.mounts) {
+          mounts.push_back(
+              {{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+        }
+        if (!mounts.empty()) task["mounts"] = std::move(mounts);
+        if (t.shm_bytes > 0) task["shm_bytes"] = t.shm_bytes;
       }
       return {{"kind", "start"}, {"task", std::move(task)}};
     }
@@ -571,6 +598,10 @@ Result<Registration> ParseRegistration(const json& j) {
   TY_RETURN_IF_ERROR(top.Str("limits", r.limits));
   if (r.limits.size() > 4096) {
     return top.Wrong("limits", *top.Get("limits"), "at most 4096 bytes");
+  }
+  TY_RETURN_IF_ERROR(top.Str("containers", r.containers));
+  if (r.containers.size() > 4096) {
+    return top.Wrong("containers", *top.Get("containers"), "at most 4096 bytes");
   }
   return r;
 }

@@ -71,6 +71,9 @@ struct TaskStatus {
   // the node-lost grace (RegisterReply::release_after): the node's work was given up,
   // not failed.
   bool fenced = false;
+  // The image a containerised rank runs, as the node's image store resolved its
+  // reference: "sha256:<hex>" (the image id); "" for a host process.
+  std::string image_digest;
   bool operator==(const TaskStatus&) const = default;
 };
 
@@ -99,6 +102,9 @@ struct Registration {
   // How the agent limits tasks: "cgroup v1 at …", "cgroup v2 at …", or "none: <why>"
   // (tasks run without limits); "": not said (an older agent).
   std::string limits;
+  // Whether its tasks may run in containers: "runc 1.1.5; images in <dir>", or
+  // "none: <why>" (a job with an image fails there); "": not said (an older agent).
+  std::string containers;
   bool operator==(const Registration&) const = default;
 };
 
@@ -178,6 +184,14 @@ struct PollRequest {
 };
 
 // What a rank runs: the `task` object of a `start` command.
+// A host path or volume made visible inside a rank's container (JobSpec's mounts).
+struct TaskMount {
+  std::string source;  // an absolute host path, or a volume name
+  std::string target;  // absolute, inside the container
+  bool read_only = false;
+  bool operator==(const TaskMount&) const = default;
+};
+
 struct TaskStart {
   std::string task_id;  // TaskId(job_id, attempt, rank)
   JobId job_id = 0;
@@ -197,6 +211,11 @@ struct TaskStart {
   // The Unix identity the rank runs as (its tenant's run_as); -1: the agent's own.
   int64_t uid = -1;
   int64_t gid = -1;
+  // The container image the rank runs in (a reference ParseImageRef reads); "": a host
+  // process. mounts and shm_bytes (the size of /dev/shm; 0: the runtime's) with it.
+  std::string image;
+  std::vector<TaskMount> mounts;
+  int64_t shm_bytes = 0;
   bool operator==(const TaskStart&) const = default;
 };
 

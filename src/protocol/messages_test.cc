@@ -45,6 +45,7 @@ TaskStatus Exited() {
   t.signal = 15;
   t.message = "stopped by its agent: no contact";
   t.fenced = true;
+  t.image_digest = "sha256:" + std::string(64, 'b');
   return t;
 }
 
@@ -238,6 +239,9 @@ Command Start(bool optional_fields) {
     t.secret_env = {"HF_TOKEN"};
     t.workdir = "/work/project";
     t.gpus = {0, 1, 6};
+    t.image = "team/trainer@sha256:" + std::string(64, 'a');
+    t.mounts = {{"/datasets", "/data", true}, {"scratch", "/scratch", false}};
+    t.shm_bytes = int64_t{8} << 30;
   }
   return c;
 }
@@ -576,6 +580,15 @@ TEST(BadInputTest, StartCommands) {
             "command.task.task_id: \"7.0.1\" is not the task of job 7, attempt 0, rank 2 (7.0.2)");
   EXPECT_EQ(error(R"({"task_id": "7.0.1", "attempt": "0", "argv": ["x"]})"),
             "command.task.attempt: expected an integer 0..1000000, got string \"0\"");
+  EXPECT_EQ(error("{" + ids + R"(, "argv": ["x"], "mounts": [{"source": "/a", "target": "/b"}]})"),
+            "command.task.mounts: expected absent: mounts need an image, got array "
+            "[{\"source\":\"/a\",\"target\":\"/b\"}]");
+  EXPECT_EQ(error("{" + ids +
+                  R"(, "argv": ["x"], "image": "t", "mounts": [{"source": "/a", "target": "b"}]})"),
+            "command.task.mounts[0].target: expected an absolute path inside the container, got "
+            "string \"b\"");
+  EXPECT_EQ(error("{" + ids + R"(, "argv": ["x"], "image": "t", "shm_bytes": -1})"),
+            "command.task.shm_bytes: expected an integer 0..72057594037927936, got number -1");
 }
 
 // The previous agent started a task whose start named only its id: the numbers are the id's.

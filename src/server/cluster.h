@@ -131,6 +131,8 @@ struct NodeView {
   // How its agent limits tasks: "cgroup v1 at …", "cgroup v2 at …", "none: <why>";
   // "" when the agent does not say.
   std::string limits;
+  // Whether its agent runs containers: "runc 1.1.5; images in <dir>", "none: <why>".
+  std::string containers;
   std::vector<FaultSpec> faults;  // injected and active (not comm-slow)
 };
 

@@ -18,7 +18,7 @@ inline Result<std::vector<Command>> StartRanksOn(Cluster& cluster, const std::st
   hb.node = node;
   for (const Command& c : commands) {
     hb.tasks.push_back({c.start.task_id, c.start.job_id, c.start.attempt, c.start.rank,
-                        TaskState::kRunning, 1, 0, 0, 0, 0, ""});
+                        TaskState::kRunning, 1, 0, 0, 0, 0, "", false, ""});
   }
   TY_RETURN_IF_ERROR(cluster.HandleHeartbeat(hb).status());
   return commands;

@@ -170,6 +170,7 @@ NodeView Cluster::Impl::NodeViewLocked(const std::string& name, const lifecycle:
   v.last_heartbeat = n.last_heartbeat;
   v.health_check = n.health_check;
   v.limits = n.limits;
+  v.containers = n.containers;
   if (auto x = extras_.find(name); x != extras_.end()) {
     v.telemetry = x->second.telemetry;
     v.links = x->second.links;

@@ -39,9 +39,13 @@ bool LowerIsBetter(std::string_view key) {
   return false;
 }
 
-std::string EnvironmentHash(const JobSpec& spec, const std::map<std::string, std::string>& params) {
+std::string EnvironmentHash(const JobSpec& spec, const std::map<std::string, std::string>& params,
+                            const std::string& image_digest) {
   // One line per fact, in a fixed order, so the hash changes only when they do.
   std::string text = "program=" + (spec.command.empty() ? "script" : spec.command.front()) + "\n";
+  if (!spec.image.empty()) {
+    text += "image=" + (image_digest.empty() ? spec.image : image_digest) + "\n";
+  }
   std::set<std::string_view> secret(spec.secret_env.begin(), spec.secret_env.end());
   for (const auto& [k, v] : spec.env) {
     text += "env." + k + "=" + (secret.contains(k) ? std::string("<secret>") : v) + "\n";
@@ -51,6 +55,14 @@ std::string EnvironmentHash(const JobSpec& spec, const std::map<std::string, std
     text += "param." + it->first + "=" + it->second + "\n";
   }
   return "sha256:" + Sha256Hex(text);
+}
+
+// The digest of the image the job's latest attempt that started a container ran.
+std::string ImageDigest(const Job& job) {
+  for (auto it = job.attempts.rbegin(); it != job.attempts.rend(); ++it) {
+    if (!it->image_digest.empty()) return it->image_digest;
+  }
+  return "";
 }
 
 RunRecord BuildRun(const Job& job, const std::map<std::string, std::string>& logged_params,
@@ -82,7 +94,9 @@ RunRecord BuildRun(const Job& job, const std::map<std::string, std::string>& log
   r.attempts = static_cast<int32_t>(job.attempts.size());
   r.params = spec.experiment.params;
   for (const auto& [k, v] : logged_params) r.params[k] = v;
-  r.environment = EnvironmentHash(spec, r.params);
+  r.image = spec.image;
+  r.image_digest = ImageDigest(job);
+  r.environment = EnvironmentHash(spec, r.params, r.image_digest);
   r.labels = spec.labels;
   r.checkpoint = job.checkpoint;
 
@@ -178,6 +192,8 @@ FilterableRun Filterable(const RunRecord& run) {
                   {"code", run.code},
                   {"data_version", run.data_version},
                   {"environment", run.environment},
+                  {"image", run.image},
+                  {"image_digest", run.image_digest},
                   {"gpu_type", run.gpu_type},
                   {"gpus", std::to_string(run.gpus_per_replica * run.replicas)},
                   {"attempts", std::to_string(run.attempts)},
@@ -225,6 +241,9 @@ ordered_json RenderRun(const RunRecord& run) {
       {"code_dirty", run.code.ends_with("-dirty")},
       {"data_version", run.data_version},
       {"environment", run.environment},
+      {"image", run.image.empty() ? ordered_json(nullptr) : ordered_json(run.image)},
+      {"image_digest",
+       run.image_digest.empty() ? ordered_json(nullptr) : ordered_json(run.image_digest)},
       {"command", run.command},
       {"resources",
        {{"replicas", run.replicas},

@@ -8,7 +8,8 @@
 //   params       experiment.params, overlaid by params the job logged (logged win)
 //   environment  "sha256:<hex>" over what the job declares about its environment:
 //                the program it runs, its non-secret environment variables, and the
-//                env.* params the SDK logs (interpreter version, installed packages)
+//                env.* params the SDK logs (interpreter version, installed packages),
+//                and the container image (its digest once a node has resolved it)
 //   metrics      per key, aggregated over ranks: the lowest rank's series, except
 //                per-rank rates (tokens_per_s, samples_per_s) whose last values are
 //                summed over ranks
@@ -60,6 +61,8 @@ struct RunRecord {
   std::string code;
   std::string data_version;
   std::string environment;
+  std::string image;         // the spec's image reference; "" for host processes
+  std::string image_digest;  // what its latest attempt ran: "sha256:<hex>"
   std::vector<std::string> command;
   int32_t replicas = 0;
   int64_t gpus_per_replica = 0;
@@ -79,7 +82,9 @@ bool LowerIsBetter(std::string_view key);
 
 RunRecord BuildRun(const Job& job, const std::map<std::string, std::string>& logged_params,
                    const std::vector<SeriesInfo>& series);
-std::string EnvironmentHash(const JobSpec& spec, const std::map<std::string, std::string>& params);
+// `image_digest`: what the image resolved to (stands for spec.image once known).
+std::string EnvironmentHash(const JobSpec& spec, const std::map<std::string, std::string>& params,
+                            const std::string& image_digest = "");
 
 FilterableRun Filterable(const RunRecord& run);
 // The attribute names Filterable fills in (for RunFilterOptions::known_attributes, so

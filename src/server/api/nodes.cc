@@ -111,6 +111,7 @@ ordered_json RenderNode(const NodeView& v) {
     j["disks"] = std::move(disks);
   }
   if (!v.limits.empty()) j["limits"] = v.limits;
+  if (!v.containers.empty()) j["containers"] = v.containers;
   if (v.health_check) {
     j["health_check"] = {{"ok", v.health_check->ok},
                          {"output", v.health_check->output},
