@@ -251,6 +251,8 @@ Status Agent::Run() {
   devices_ = *devices;
   std::filesystem::create_directories(options_.data_dir);
   cgroups_ = options_.cgroups ? *options_.cgroups : Cgroups::Detect(CgroupHost::FromProc());
+  // Containers first: deleting those an earlier agent left empties their groups.
+  FindContainers();
   Log(cgroups_.available() ? "task limits: " + cgroups_.Describe()
                            : "task limits: none, tasks run without cpu, memory or pids limits (" +
                                  cgroups_.problem() + ")");
@@ -391,6 +393,7 @@ Status Agent::Register() {
   r.simulated = gpus_->simulated();
   r.health_check = last_health_;
   r.limits = cgroups_.available() ? cgroups_.Describe() : "none: " + cgroups_.problem();
+  r.containers = DescribeContainers();
   {
     std::lock_guard lock(mu_);
     r.tasks = TaskList(/*unacked_only=*/true);
@@ -639,11 +642,13 @@ void Agent::StartTask(const TaskStart& spec) {
       break;
     }
   }
+  if (failed.ok() && !spec.image.empty()) failed = PlaceContainerFiles(t);
   if (failed.ok()) {
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(t.metrics_path).parent_path(), ec);
     failed = PrepareIsolation(spec, t, launch);
   }
+  if (failed.ok() && !spec.image.empty()) failed = PrepareContainer(spec, t, launch);
   if (failed.ok()) {
     auto process = TaskProcess::Start(launch);
     if (process.ok()) {
@@ -673,8 +678,11 @@ void Agent::StartTask(const TaskStart& spec) {
 }
 
 bool Agent::TickTasks() {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   Timestamp now = Now();
+  // Exited containers, deleted with the runtime once the lock is released; their
+  // groups are released after that (the container's cgroup lies inside its group's).
+  std::vector<std::string> exited_containers;
   bool changed = next_heartbeat_ == Timestamp{};
   bool failed = false;
   std::set<int> busy;
@@ -692,12 +700,17 @@ bool Agent::TickTasks() {
       changed = true;
       if (!t.group.empty() && (t.status.exit_code != 0 || t.status.signal != 0)) {
         auto g = groups_.find(t.group);
-        if (g != groups_.end() && g->second.group.OomKills() > t.oom_kills_before) {
+        if (g != groups_.end() &&
+            (g->second.group.OomKills() > t.oom_kills_before || ContainerOomKilled(t))) {
           t.status.message = std::string(kOomKilled) + ": memory limit " +
                              FormatMemory(g->second.group.limits().memory_bytes);
         }
       }
-      ReleaseGroup(t);
+      if (t.container_id.empty()) {
+        ReleaseGroup(t);
+      } else {
+        exited_containers.push_back(id);
+      }
       Log("task " + id + ": exited " +
           (t.status.signal != 0 ? "on signal " + std::to_string(t.status.signal)
                                 : "with code " + std::to_string(t.status.exit_code)));
@@ -708,6 +721,16 @@ bool Agent::TickTasks() {
       }
     }
     if (t.status.state == TaskState::kRunning) busy.insert(t.spec.gpus.begin(), t.spec.gpus.end());
+  }
+  if (!exited_containers.empty()) {
+    std::vector<std::string> ids;
+    for (const std::string& id : exited_containers) ids.push_back(tasks_.at(id).container_id);
+    lock.unlock();
+    for (const std::string& cid : ids) DeleteContainer(cid);
+    lock.lock();
+    for (const std::string& id : exited_containers) {
+      if (auto it = tasks_.find(id); it != tasks_.end()) ReleaseGroup(it->second);
+    }
   }
   RemoveDeadGroupsLocked();
   gpus_->SetBusyGpus(busy);
@@ -793,7 +816,16 @@ void Agent::ReleaseGroup(Task& t) {
   if (it == groups_.end() || --it->second.tasks > 0) return;
   // The last rank is out: what it left behind (a daemonised child) goes with it.
   it->second.group.KillAll();
-  dead_groups_.push_back(std::move(it->second.group));
+  if (it->second.containers) {
+    // With what the runtime made for its containers in the other hierarchies.
+    std::vector<std::string> dirs = it->second.group.dirs();
+    for (const std::string& d : cgroups_.RuntimeDirs(GroupDirName(it->first))) {
+      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+    }
+    dead_groups_.emplace_back(cgroups_.version(), std::move(dirs), it->second.group.limits());
+  } else {
+    dead_groups_.push_back(std::move(it->second.group));
+  }
   groups_.erase(it);
   RemoveDeadGroupsLocked();
 }
@@ -1164,6 +1196,7 @@ void Agent::ForgetFinished() {
       std::error_code ec;
       std::filesystem::remove(t.fault_file, ec);
       std::filesystem::remove(t.checkpoint_request_file, ec);
+      if (!t.container_dir.empty()) std::filesystem::remove_all(t.container_dir, ec);
       it = tasks_.erase(it);
     } else {
       ++it;

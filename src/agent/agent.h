@@ -43,9 +43,11 @@
 #include <vector>
 
 #include "agent/cgroup.h"
+#include "agent/container.h"
 #include "agent/faults.h"
 #include "agent/gpu.h"
 #include "agent/health_check.h"
+#include "agent/image_store.h"
 #include "agent/launcher.h"
 #include "core/status.h"
 #include "core/units.h"
@@ -111,6 +113,12 @@ struct AgentOptions {
   // trainyard-exec (exec_helper_main.cc), which a task with a cgroup or an identity
   // starts through; empty: beside the running executable.
   std::string exec_helper;
+  // Containers (container.h): the OCI runtime, a path or a name on PATH ("": runc;
+  // "none": no containers), and the image store (image_store.h; "": its default root).
+  // Where there is no runtime, the agent says why once at start and in its
+  // registration, and a task with an image fails to start, saying so.
+  std::string oci_runtime;
+  std::string image_store;
   // The wall clock; tests may replace it. Called from the agent's threads (the loop, the
   // health-check thread), so a replacement must be thread-safe.
   std::function<Timestamp()> now;
@@ -159,7 +167,11 @@ class Agent {
     std::string checkpoint_dir;           // TRAINYARD_CHECKPOINT_DIR, absolute; empty: none
     std::string group;                    // its replica's cgroup (groups_); empty: none
     int64_t oom_kills_before = 0;         // the group's OOM kills when it started
-    FaultEffects fault_effects;           // as last written to fault_file (none: no effect)
+    // A container's (container.h): its id with the runtime, the directory of its bundle
+    // and of the files it sees at /run/trainyard; empty for a host process.
+    std::string container_id;
+    std::string container_dir;
+    FaultEffects fault_effects;  // as last written to fault_file (none: no effect)
     int64_t log_offset = 0;
     int64_t metrics_offset = 0;
     std::set<std::string> profile_ids;           // profiles asked of this task
@@ -272,6 +284,7 @@ class Agent {
   struct GroupUse {
     TaskGroup group;
     int tasks = 0;
+    bool containers = false;  // a runtime made cgroups under it (Cgroups::RuntimeDirs)
   };
   std::map<std::string, GroupUse> groups_;  // GUARDED_BY(mu_)
   std::vector<TaskGroup> dead_groups_;      // GUARDED_BY(mu_)
@@ -284,6 +297,28 @@ class Agent {
   void RemoveDeadGroupsLocked();
   std::string GroupDirName(const std::string& group) const;
   void RemoveStaleGroups();  // REQUIRES: mu_ held
+
+  // Containers (agent_containers.cc). Found at Run: the runtime, else why not.
+  std::optional<ContainerRuntime> runtime_;
+  std::string containers_problem_;
+  std::unique_ptr<ImageStore> images_;
+  std::string runtime_root_;  // the runtime's state directory (--root): <data_dir>/runc
+  void FindContainers();
+  // Deletes what a runtime left of containers of an earlier agent on this data dir.
+  void RemoveStaleContainers();
+  // "runc 1.1.5; images in <dir>" or "none: <why>", for the registration.
+  std::string DescribeContainers() const;
+  // Before PrepareIsolation: puts the rank's Trainyard files in a directory of its own,
+  // which its container mounts at /run/trainyard. REQUIRES: mu_ held.
+  Status PlaceContainerFiles(Task& t);
+  // After PrepareIsolation: resolves the image, writes the bundle and makes `launch`
+  // run the runtime on it. REQUIRES: mu_ held.
+  Status PrepareContainer(const TaskStart& spec, Task& t, LaunchSpec& launch);
+  // Once the task's runtime has exited: whether the kernel's OOM killer acted in its
+  // container. REQUIRES: mu_ held.
+  bool ContainerOomKilled(const Task& t) const;
+  // Deletes the container with the runtime (no lock needed: runs the runtime).
+  void DeleteContainer(const std::string& id) const;
 };
 
 }  // namespace trainyard::agent

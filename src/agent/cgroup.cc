@@ -142,6 +142,13 @@ std::string Under(const Mount& m, const std::string& path) {
   return NormalizePath(m.point + "/" + rel);
 }
 
+// `dir` less the mount point it lies under ("/" for the mount point itself).
+std::string RelativeTo(const std::string& dir, const std::string& point) {
+  const std::string p = NormalizePath(point);
+  std::string rel = PathWithin(dir, p) ? dir.substr(p == "/" ? 0 : p.size()) : "";
+  return rel.empty() ? "/" : rel;
+}
+
 bool ValidGroupName(const std::string& name) {
   if (name.empty() || name.size() > 200 || name[0] == '.') return false;
   for (char c : name) {
@@ -286,6 +293,8 @@ Cgroups Cgroups::Detect(const CgroupHost& host) {
         Cgroups c;
         c.version_ = 2;
         c.bases_ = {base};
+        c.runtime_base_ = RelativeTo(base, v2->point);
+        c.mount_points_ = {NormalizePath(v2->point)};
         return c;
       }
       v2_problem = "cgroup v2 at " + base + " is not delegated to this agent: " + s.message();
@@ -294,6 +303,7 @@ Cgroups Cgroups::Detect(const CgroupHost& host) {
 
   // cgroup v1: a writable hierarchy for each of cpu and memory (pids when there is one).
   std::vector<std::string> bases;
+  std::string memory_relative;  // the memory base less its mount point
   std::string v1_problem;
   for (const char* controller : {"cpu", "memory", "pids"}) {
     const Mount* mount = nullptr;
@@ -324,11 +334,14 @@ Cgroups Cgroups::Detect(const CgroupHost& host) {
       continue;
     }
     bases.push_back(base);
+    if (std::string_view(controller) == "memory") memory_relative = RelativeTo(base, mount->point);
   }
   if (v1_problem.empty()) {
     Cgroups c;
     c.version_ = 1;
     c.bases_ = std::move(bases);
+    c.runtime_base_ = memory_relative;
+    for (const Mount& m : mounts) c.mount_points_.push_back(NormalizePath(m.point));
     return c;
   }
   return Disabled(v2_problem + "; " + v1_problem);
@@ -407,6 +420,20 @@ Result<TaskGroup> Cgroups::Create(const std::string& name, const GroupLimits& li
     return s;
   }
   return TaskGroup(version_, std::move(dirs), limits);
+}
+
+std::string Cgroups::RuntimePath(const std::string& name, const std::string& child) const {
+  if (!available() || runtime_base_.empty()) return "";
+  return NormalizePath(runtime_base_ + "/" + name + "/" + child);
+}
+
+std::vector<std::string> Cgroups::RuntimeDirs(const std::string& name) const {
+  std::vector<std::string> dirs;
+  if (!available() || runtime_base_.empty()) return dirs;
+  for (const std::string& point : mount_points_) {
+    dirs.push_back(NormalizePath(point + "/" + runtime_base_ + "/" + name));
+  }
+  return dirs;
 }
 
 }  // namespace trainyard::agent

@@ -101,10 +101,23 @@ class Cgroups {
   // An existing group, to kill what is in it and remove it.
   TaskGroup Open(const std::string& name) const;
 
+  // For an OCI runtime (container.h), which makes a container's cgroup itself: the path
+  // of `child` under the group `name`, relative to the hierarchies' mount points (its
+  // linux.cgroupsPath). A runtime uses one path in every hierarchy; where v1 hierarchies
+  // place the groups at different paths, it is the memory hierarchy's, so that the
+  // replica's memory limit and OOM count bind the container (the runtime then sets the
+  // cpu and pids limits on the container's own group: ContainerPlan). A runtime makes
+  // the path in every hierarchy it manages and removes only the leaf: RuntimeDirs is the
+  // group's directory in each hierarchy mounted, to remove as well.
+  std::string RuntimePath(const std::string& name, const std::string& child) const;
+  std::vector<std::string> RuntimeDirs(const std::string& name) const;
+
  private:
   int version_ = 0;
   std::string problem_;
-  std::vector<std::string> bases_;  // v2: one; v1: cpu, memory, pids (those present)
+  std::vector<std::string> bases_;         // v2: one; v1: cpu, memory, pids (those present)
+  std::string runtime_base_;               // the memory base less its mount point
+  std::vector<std::string> mount_points_;  // of every cgroup and cgroup2 hierarchy
 };
 
 }  // namespace trainyard::agent

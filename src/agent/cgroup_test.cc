@@ -78,6 +78,10 @@ TEST_F(CgroupTest, V2DelegatedSubtreeMovesTheAgentToALeafAndLimitsEachGroup) {
   EXPECT_EQ(g->ProcsFiles(), std::vector<std::string>{(base / "j7.2.r0/cgroup.procs").string()});
   EXPECT_EQ(g->OomKills(), 1);
   EXPECT_TRUE(g->Empty());
+  // A container runtime names a child of the group from the hierarchy's root.
+  EXPECT_EQ(cg.RuntimePath("j7.2.r0", "ty-7.2.0"),
+            "/system.slice/trainyard-agent.service/j7.2.r0/ty-7.2.0");
+  EXPECT_EQ(cg.RuntimeDirs("j7.2.r0"), std::vector<std::string>{(base / "j7.2.r0").string()});
 
   // Unlimited: 0 leaves a resource at "max".
   KernelFiles(base / "j8.1.r0", {"cpu.max", "memory.max", "pids.max"});
@@ -115,6 +119,28 @@ TEST_F(CgroupTest, HybridHostWithoutV2ControllersUsesTheV1Hierarchies) {
   EXPECT_EQ(Read(root_ / "pids/trainyard/j3.1.r1/pids.max"), "100");
   EXPECT_EQ(g->ProcsFiles().size(), 3u);
   EXPECT_EQ(g->OomKills(), 2);
+  // The memory hierarchy places the groups elsewhere than cpu and pids: a container
+  // runtime gets the memory hierarchy's path (it sets cpu and pids itself).
+  EXPECT_EQ(cg.RuntimePath("j3.1.r1", "ty-3.1.0"), "/box/17/trainyard/j3.1.r1/ty-3.1.0");
+  EXPECT_EQ(cg.RuntimeDirs("j3.1.r1").size(), 4u);
+}
+
+TEST_F(CgroupTest, AContainerRuntimesGroupsLieInEveryHierarchyMounted) {
+  Write(root_ / "unified/cgroup.controllers", "hugetlb\n");
+  for (const char* d : {"cpu", "memory", "pids", "devices"}) fs::create_directories(root_ / d);
+  std::string mounts =
+      MountLine(20, "unified", "cgroup2", "rw") + MountLine(21, "cpu", "cgroup", "rw,cpu,cpuacct") +
+      MountLine(22, "memory", "cgroup", "rw,memory") + MountLine(23, "pids", "cgroup", "rw,pids") +
+      MountLine(24, "devices", "cgroup", "rw,devices");
+  CgroupHost host{"8:pids:/\n5:devices:/\n4:memory:/\n1:cpu,cpuacct:/\n0::/\n", mounts};
+  Cgroups cg = Cgroups::Detect(host);
+  ASSERT_TRUE(cg.available()) << cg.problem();
+  EXPECT_EQ(cg.RuntimePath("j3.1.r1", "ty-3.1.0"), "/trainyard/j3.1.r1/ty-3.1.0");
+  std::vector<std::string> dirs;
+  for (const char* d : {"unified", "cpu", "memory", "pids", "devices"}) {
+    dirs.push_back((root_ / d / "trainyard/j3.1.r1").string());
+  }
+  EXPECT_EQ(cg.RuntimeDirs("j3.1.r1"), dirs);
 }
 
 TEST_F(CgroupTest, NoUsableHierarchySaysWhyAndCreatesNothing) {

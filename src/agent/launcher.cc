@@ -14,7 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
+#include "agent/container.h"
 #include "core/job_spec.h"
 #include "core/spec_paths.h"
 
@@ -371,7 +373,9 @@ Result<std::unique_ptr<TaskProcess>> TaskProcess::Start(const LaunchSpec& spec) 
     return redacted(s);
   }
   if (dir_fd >= 0) close(dir_fd);
-  return std::unique_ptr<TaskProcess>(new TaskProcess(pid));
+  auto process = std::unique_ptr<TaskProcess>(new TaskProcess(pid));
+  process->leader_pid_file_ = spec.leader_pid_file;
+  return process;
 }
 
 TaskProcess::~TaskProcess() = default;
@@ -382,21 +386,34 @@ bool TaskProcess::Poll() {
   pid_t r = waitpid(pid_, &status, WNOHANG);
   if (r == 0) return false;
   if (r < 0 && errno == EINTR) return false;
+  const pid_t leader = SignalGroup();
   exited_ = true;
   if (r == pid_ && WIFEXITED(status)) {
     exit_code_ = WEXITSTATUS(status);
+    if (!leader_pid_file_.empty()) std::tie(exit_code_, signal_) = ContainerExitStatus(exit_code_);
   } else if (r == pid_ && WIFSIGNALED(status)) {
     signal_ = WTERMSIG(status);
   }
   // The leader is gone; its group may not outlive it. The group id cannot have been
   // reused while any member is alive, so this reaches only our stragglers.
   kill(-pid_, SIGKILL);
+  if (leader != pid_) kill(-leader, SIGKILL);
   return true;
+}
+
+pid_t TaskProcess::SignalGroup() {
+  if (leader_pid_file_.empty()) return pid_;
+  if (leader_ == 0) {
+    std::ifstream in(leader_pid_file_);
+    long pid = 0;
+    if (in >> pid && pid > 1) leader_ = static_cast<pid_t>(pid);
+  }
+  return leader_ != 0 ? leader_ : pid_;
 }
 
 void TaskProcess::Signal(int sig) {
   if (exited_) return;
-  kill(-pid_, sig);
+  kill(-SignalGroup(), sig);
 }
 
 void TaskProcess::Stop(Duration grace, Timestamp now) {

@@ -59,6 +59,11 @@ struct LaunchSpec {
   int64_t uid = -1;
   int64_t gid = -1;
   std::string exec_helper;
+  // A container (container.h): the program is its runtime, which writes the pid of the
+  // container's first process, a session leader, to this file. Signals then go to that
+  // process's group (the rank and its children, as for a host process) rather than to
+  // the runtime, and an exit status 128+N is read back as death by signal N.
+  std::string leader_pid_file;
 };
 
 // SIGKILL follows the SIGTERM of a preemption this long after it.
@@ -108,8 +113,13 @@ class TaskProcess {
  private:
   enum class Phase { kRunning, kNotice, kTerm, kKilled };
   explicit TaskProcess(pid_t pid) : pid_(pid) {}
+  // The group signals go to: the container's first process's once it is known, else
+  // the task's own.
+  pid_t SignalGroup();
 
   pid_t pid_;
+  std::string leader_pid_file_;
+  pid_t leader_ = 0;
   bool exited_ = false;
   int exit_code_ = -1;
   int signal_ = 0;

@@ -224,6 +224,10 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
                            std::to_string(f.task_pids_max));
   }
   o.task_pids_max = f.task_pids_max;
+  o.oci_runtime = f.oci_runtime;
+  if (!f.image_store.empty()) {
+    o.image_store = std::filesystem::absolute(f.image_store).lexically_normal().string();
+  }
   return o;
 }
 
@@ -360,6 +364,12 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
   cmd->add_option("--task-pids-max", o->task_pids_max,
                   "pids.max of each replica's cgroup; 0: unlimited")
       ->capture_default_str();
+  cmd->add_option("--oci-runtime", o->oci_runtime,
+                  "The OCI runtime that runs jobs with an image (a path, or a name on PATH; "
+                  "default runc; none: no containers; see docs/execution.md)");
+  cmd->add_option("--image-store", o->image_store,
+                  "The image store jobs' images are read from (default: $TRAINYARD_IMAGE_STORE, "
+                  "else /var/lib/trainyard/images for root; see `trainyard image load`)");
   cmd->callback([o, &exit_code, &out, &err] { exit_code = RunAgent(*o, out, err); });
 }
 
