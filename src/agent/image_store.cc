@@ -909,17 +909,24 @@ Result<ImageRecord> ImageStore::Load(const std::string& tar_path,
   return ReadRecord(root_, digest, map);
 }
 
+namespace {
+
+// The entry of `map` that names `ref` (a name and tag, no digest), or map.end().
+RefMap::iterator FindRef(RefMap& map, const ImageRef& ref) {
+  for (const std::string& key : RefKeys(ref)) {
+    if (auto it = map.find(key); it != map.end()) return it;
+  }
+  return map.end();
+}
+
+}  // namespace
+
 Result<ImageRecord> ImageStore::Resolve(const std::string& text) const {
   TY_ASSIGN_OR_RETURN(ImageRef ref, ParseImageRef(text));
   TY_ASSIGN_OR_RETURN(RefMap map, ReadRefs(root_));
   std::string digest = ref.digest;
   if (digest.empty()) {
-    for (const std::string& key : RefKeys(ref)) {
-      if (auto it = map.find(key); it != map.end()) {
-        digest = it->second;
-        break;
-      }
-    }
+    if (auto it = FindRef(map, ref); it != map.end()) digest = it->second;
   }
   if (!digest.empty()) {
     auto rec = ReadRecord(root_, digest, map);
@@ -953,12 +960,9 @@ Status ImageStore::Remove(const std::string& text) {
   TY_ASSIGN_OR_RETURN(RefMap map, ReadRefs(root_));
   std::string digest = ref.digest;
   if (digest.empty()) {
-    for (const std::string& key : RefKeys(ref)) {
-      if (auto it = map.find(key); it != map.end()) {
-        digest = it->second;
-        map.erase(it);
-        break;
-      }
+    if (auto it = FindRef(map, ref); it != map.end()) {
+      digest = it->second;
+      map.erase(it);
     }
   } else {
     std::erase_if(map, [&](const auto& kv) { return kv.second == digest; });
