@@ -25,6 +25,9 @@ using nlohmann::json;
 constexpr size_t kMaxEvents = 1000;
 // A rank's step time older than this is not current: it takes no part in medians.
 constexpr Duration kRankFresh = std::chrono::seconds(60);
+// How many of a rank's latest step times its straggler ratio is the median of: a real
+// straggler is slow step after step, a busy host makes single steps slow.
+constexpr size_t kRankStepWindow = 15;
 // Pending-time medians need this many admitted jobs, and are at least this long.
 constexpr size_t kMinAdmitted = 5;
 constexpr double kMinPendingMedianSeconds = 60;
@@ -306,7 +309,14 @@ void Alerting::ObserveMetrics(JobId job, const std::vector<track::SeriesAppend>&
     }
     const track::Point& last = a.points.back();
     if (a.key == "step_time_s") {
-      r.step_time = last.value;
+      for (const track::Point& p : a.points) {
+        if (!std::isfinite(p.value)) continue;
+        r.recent.push_back(p.value);
+        if (r.recent.size() > kRankStepWindow) r.recent.pop_front();
+      }
+      if (!r.recent.empty()) {
+        r.step_time = Median(std::vector<double>(r.recent.begin(), r.recent.end()));
+      }
       r.at = now;
     } else if (a.key == "tokens_per_s") {
       r.tokens = last.value;

@@ -10,7 +10,9 @@
 //   heartbeats (ObserveHeartbeat)  gpu.* per GPU, link.* per link, node.disk_free_ratio
 //   metrics lines (ObserveMetrics) job.loss, job.grad_norm, job.lr, job.checkpoint_write_s
 //                                  (every point, from the job's lowest reporting rank), and
-//                                  per rank the latest step_time_s, tokens_per_s,
+//                                  per rank the median of its last kRankStepWindow
+//                                  step_time_s points (one slow step on a busy host is
+//                                  not a straggler), the latest tokens_per_s,
 //                                  data_wait_s and step
 //   each evaluation                node.heartbeat_age_s; for Running jobs job.gpu_util,
 //                                  job.step_time_s (median over ranks), job.tokens_per_s
@@ -123,8 +125,9 @@ class Alerting {
 
  private:
   struct RankStat {
-    Timestamp at;  // of the latest step_time_s
-    double step_time = 0;
+    Timestamp at;               // of the latest step_time_s
+    double step_time = 0;       // median of `recent`
+    std::deque<double> recent;  // the last kRankStepWindow step_time_s points
     std::optional<double> tokens;
     std::optional<double> data_wait;
   };

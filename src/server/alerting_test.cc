@@ -251,6 +251,44 @@ rules:
   EXPECT_FALSE(alerting_->signals().Latest("job.step_time_s", job_labels, Timestamp{}));
 }
 
+TEST_F(AlertingTest, OccasionalSlowStepsOfABusyHostAreNotAStraggler) {
+  Open(R"(
+rules:
+  - name: RankStraggler
+    signal: job.rank_step_time_ratio
+    condition: {threshold_above: 1.5}
+    for: 0s
+)");
+  JobId job = RunningGang();
+  const monitor::Labels rank1 = {{"job_id", std::to_string(job)},
+                                 {"tenant", "default"},
+                                 {"queue", "default"},
+                                 {"rank", "1"},
+                                 {"node", cluster_->GetJob(job)->ranks[1].node}};
+  // Every third step of rank 1 is starved for CPU (3x as long): not a straggler.
+  for (int64_t step = 1; step <= 30; ++step) {
+    StepTimes(job, step, 0.05, step % 3 == 0 ? 0.15 : 0.05);
+    Step(Duration(100));
+    auto ratio = alerting_->signals().Latest("job.rank_step_time_ratio", rank1, Timestamp{});
+    ASSERT_TRUE(ratio.has_value());
+    EXPECT_LT(ratio->value, 1.5) << "step " << step;
+  }
+  EXPECT_THAT(alerting_->Alerts(), SizeIs(0));
+  // Slow step after step (6x) is: the ratio crosses once most of the window is slow.
+  int64_t crossed_at = 0;
+  for (int64_t step = 31; step <= 50 && crossed_at == 0; ++step) {
+    StepTimes(job, step, 0.05, 0.3);
+    Step(Duration(100));
+    if (alerting_->signals().Latest("job.rank_step_time_ratio", rank1, Timestamp{})->value > 1.5) {
+      crossed_at = step;
+    }
+  }
+  EXPECT_GT(crossed_at, 31);
+  EXPECT_LE(crossed_at, 40);
+  ASSERT_THAT(alerting_->Alerts(), SizeIs(1));
+  EXPECT_EQ(alerting_->Alerts()[0].labels.at("rank"), "1");
+}
+
 TEST_F(AlertingTest, MfuIsDerivedFromTheJobsThroughputAndModel) {
   Open("rules: []\n");
   JobId job = RunningGang();
