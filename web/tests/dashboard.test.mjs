@@ -108,6 +108,9 @@ try {
     assert.equal((await cluster.api("GET", "nodes/node-1")).state, "Cordoned");
     await page.locator('[data-testid="node-card"][data-node="node-1"] button:has-text("uncordon")').click();
     await page.locator('[data-testid="node-card"][data-node="node-1"][data-state="Ready"]').waitFor();
+    // Each card says how the node's agent isolates ranks: its limits and its containers.
+    assert.match(await card.locator("span.exec").first().textContent(), /^limits: (cgroup v[12]|none)$/);
+    assert.match(await card.locator(".meta.exec").textContent(), /containers: /);
     await page.selectOption("#color-mode", "util");  // telemetry colouring: no GPU left without a class
     assert.equal(await page.locator(".gpu.busy").count(), 0);
     assert.equal(await page.locator('[data-testid="node-card"] .gpu').count(), 8);
@@ -118,6 +121,9 @@ try {
     await page.goto(`${cluster.url}/#/jobs/${job}`);
     await page.locator(".timeline .seg.run").first().waitFor();
     await until(async () => (await page.locator('[data-testid="log"]').textContent()).length > 0, 30000, "log output");
+    const facts = await page.locator("dl.facts").textContent();
+    assert.match(facts, /Runs inhost processes \(no image\)/);
+    assert.match(facts, /Resources\d+ replicas? × 1 /);
     await shot("job");
   });
 

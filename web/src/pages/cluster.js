@@ -17,6 +17,15 @@ function step(x, edges) {
   return `s${i}`;
 }
 
+// A node's "limits" or "containers" as its agent registered them: the gist on the card,
+// all of it in the title; "none: why" stands out.
+function execInfo(label, text) {
+  if (!text) return el("span.muted", {}, `${label}: not reported`);
+  const none = text.startsWith("none") || text.startsWith("no ");
+  const short = none ? "none" : text.split(/ at |; /)[0];
+  return el(`span.exec${none ? ".warn" : ""}`, { title: `${label}: ${text}` }, `${label}: ${short}`);
+}
+
 export async function mount(root, route, ctx) {
   const admin = ctx.whoami.role === "cluster-admin";
   let mode = route.params.get("color") || "state";
@@ -131,6 +140,7 @@ export async function mount(root, route, ctx) {
         `${node.gpus_used}/${node.gpus_total} ${node.gpu_type || "GPU"} used · ${(node.milli_cpus / 1000).toFixed(0)} CPUs · ${bytes(node.memory_bytes)}`,
         node.simulated ? " · simulated" : "",
         " · heartbeat ", when(node.last_heartbeat_ms)),
+      el("p.meta.exec", {}, execInfo("limits", node.limits), " · ", execInfo("containers", node.containers)),
       node.state_reason ? el("p.reason", {}, node.state_reason) : null,
       actions.length ? el("div.actions", {}, actions) : null);
   }

@@ -7,6 +7,33 @@ import { alertTable } from "./alerts.js";
 const FINISHED = new Set(["Succeeded", "Failed", "Cancelled"]);
 const LOG_CAP = 1 << 20;  // characters of log kept on the page
 
+// "2 replicas × 1 H100, 4 CPUs, 16Gi (2 GPUs)"; a CPU-only job by its CPUs and memory.
+export function resources(s) {
+  const res = s.resources || {};
+  const replicas = s.replicas || 1;
+  const per = [];
+  if (res.gpus) per.push(`${res.gpus} ${res.gpu_type || "GPU"}`);
+  if (res.cpus) {
+    const cpus = /m$/.test(String(res.cpus)) ? parseInt(res.cpus, 10) / 1000 : Number(res.cpus);  // "500m"
+    per.push(`${cpus} CPU${cpus === 1 ? "" : "s"}`);
+  }
+  if (res.memory) per.push(res.memory);
+  const text = `${replicas} replica${replicas === 1 ? "" : "s"} × ${per.join(", ") || "no GPU, CPU or memory request"}`;
+  return res.gpus ? `${text} (${replicas * res.gpus} GPUs)` : text;
+}
+
+// Where the ranks run: a container of the image (the digest the latest attempt resolved
+// it to, its mounts and /dev/shm), or host processes.
+export function execution(s, job) {
+  if (!s.image) return "host processes (no image)";
+  const digest = [...(job.attempts || [])].reverse().map((a) => a.image_digest).find(Boolean);
+  const parts = [el("code", {}, s.image)];
+  parts.push(digest ? [" → ", el("code.digest", { title: digest }, digest.slice(0, 19) + "…")] : " (not resolved yet)");
+  for (const m of s.mounts || []) parts.push(el("br"), `mount ${m.source} → ${m.target}${m.read_only ? " (read-only)" : ""}`);
+  if (s.shm_size) parts.push(el("br"), `/dev/shm ${s.shm_size}`);
+  return parts;
+}
+
 export async function mount(root, route, ctx) {
   const id = route.parts[1];
   if (!/^[1-9][0-9]*$/.test(id)) {
@@ -151,15 +178,14 @@ export async function mount(root, route, ctx) {
 
   function drawFacts() {
     const s = job.spec;
-    const res = s.resources || {};
-    const gpus = (s.replicas || 1) * (res.gpus || 0);
     const ck = job.checkpoint;
     const rows = [
       ["Tenant / queue", `${s.tenant} / ${s.queue}`],
       ["Priority", s.priority],
       ["Submitted", [when(job.submit_time_ms), ` by ${job.submitted_by}`]],
       ["State", [job.state, " for ", duration(Date.now() - job.state_time_ms), job.reason ? ` — ${job.reason}` : ""]],
-      ["Resources", `${s.replicas} replicas × ${res.gpus || 0} ${res.gpu_type || "GPU"} (${gpus} GPUs)`],
+      ["Resources", resources(s)],
+      ["Runs in", execution(s, job)],
       ["Placement", job.placement && job.placement.length ? job.placement.map((p) => `${p.node}${p.gpus.length ? `[${p.gpus.join(",")}]` : ""}`).join(" ") : "–"],
       ["Checkpoint", ck && ck.completed_at_ms ? [`step ${ck.step}, `, when(ck.completed_at_ms), `, written in ${duration(ck.write_duration_ms)}`] : "none yet"],
       ["Retries", String(job.retries)],
