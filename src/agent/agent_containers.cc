@@ -218,7 +218,10 @@ Status Agent::PrepareContainer(const TaskStart& spec, Task& t, LaunchSpec& launc
   }
   if (!spec.gpus.empty()) {
     for (int g : spec.gpus) {
-      if (auto d = Device("/dev/nvidia" + std::to_string(g))) plan.devices.push_back(*d);
+      // The device node is /dev/nvidia<minor>; the index is only a guess at it.
+      const int minor =
+          g < static_cast<int>(devices_.size()) && devices_[g].minor >= 0 ? devices_[g].minor : g;
+      if (auto d = Device("/dev/nvidia" + std::to_string(minor))) plan.devices.push_back(*d);
     }
     for (const char* path :
          {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {

@@ -53,6 +53,11 @@ int nvmlDeviceGetUUID(nvmlDevice_st* d, char* buf, unsigned int len) {
   std::strncpy(buf, uuid, len - 1);
   return 0;
 }
+// Device nodes need not follow the index (as after a GPU is hot-removed): 0 -> 4, 1 -> 2.
+int nvmlDeviceGetMinorNumber(nvmlDevice_st* d, unsigned int* minor) {
+  *minor = d->index == 0 ? 4 : 2;
+  return 0;
+}
 int nvmlDeviceGetMemoryInfo(nvmlDevice_st*, nvmlMemory_t* m) {
   m->total = 81559ULL << 20;
   m->used = 1024ULL << 20;

@@ -38,6 +38,9 @@ struct GpuDevice {
   std::string model_name;  // as the driver names it: "NVIDIA H100 80GB HBM3"
   std::string type;        // our GPU type: "H100"
   int64_t memory_mib = 0;
+  // The N of its device node /dev/nvidiaN (NVML's minor number), which need not be its
+  // index; -1 when unknown (simulated GPUs, or a library without the call): the index.
+  int minor = -1;
 };
 
 struct GpuSample {

@@ -331,6 +331,8 @@ TEST(NvmlGpusTest, ReadsDevicesAndTelemetryThroughTheLoadedLibrary) {
   EXPECT_EQ((*devices)[0].uuid, "GPU-00000000-1111-2222-3333-444444444444");
   EXPECT_EQ((*devices)[0].memory_mib, 81559);
   EXPECT_EQ((*devices)[1].type, "V100");
+  EXPECT_EQ((*devices)[0].minor, 4) << "/dev/nvidia4: NVML's minor number, not the index";
+  EXPECT_EQ((*devices)[1].minor, 2);
 
   auto samples = (*nvml)->Sample(kT0);
   ASSERT_TRUE(samples.ok());

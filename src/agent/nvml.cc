@@ -50,6 +50,7 @@ struct NvmlGpus::Api {
   nvmlReturn_t (*get_name)(nvmlDevice_t, char*, unsigned int);
   nvmlReturn_t (*get_uuid)(nvmlDevice_t, char*, unsigned int);
   nvmlReturn_t (*get_memory)(nvmlDevice_t, nvmlMemory_t*);
+  nvmlReturn_t (*get_minor)(nvmlDevice_t, unsigned int*);
   nvmlReturn_t (*get_utilization)(nvmlDevice_t, nvmlUtilization_t*);
   nvmlReturn_t (*get_temperature)(nvmlDevice_t, int, unsigned int*);
   nvmlReturn_t (*get_power)(nvmlDevice_t, unsigned int*);
@@ -105,6 +106,7 @@ Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library,
   Resolve(handle, "nvmlDeviceGetClockInfo", api->get_clock, missing);
   Resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", api->get_throttle, missing);
   Resolve(handle, "nvmlDeviceGetTotalEccErrors", api->get_ecc, missing);
+  ResolveOptional(handle, "nvmlDeviceGetMinorNumber", api->get_minor);
   ResolveOptional(handle, "nvmlDeviceGetNvLinkState", api->nvlink_state);
   ResolveOptional(handle, "nvmlDeviceGetNvLinkErrorCounter", api->nvlink_error_counter);
   if (!missing.empty()) {
@@ -158,6 +160,9 @@ Result<std::vector<GpuDevice>> NvmlGpus::Discover() {
     nvmlMemory_t mem{};
     if (api_->get_memory(dev, &mem) == kNvmlSuccess) {
       d.memory_mib = static_cast<int64_t>(mem.total / (1024 * 1024));
+    }
+    if (unsigned int minor = 0; api_->get_minor && api_->get_minor(dev, &minor) == kNvmlSuccess) {
+      d.minor = static_cast<int>(minor);
     }
     out.push_back(std::move(d));
   }
