@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,9 +60,30 @@ class DdpTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="ddp-test-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
 
-    def launch(self, attempt: int, port: int, resume_from: str, *args: str
-               ) -> list[subprocess.Popen]:
-        """Starts both ranks of one attempt; rank 1's stdout is piped, rank 0's logged."""
+    def launch(self, attempt: int, resume_from: str, *args: str) -> list[subprocess.Popen]:
+        """Starts both ranks of one attempt, each logging to out-ATTEMPT-RANK.log. The
+        master port is picked free and then given up, so another process may take it
+        before rank 0 binds it: then both are stopped and started again on another."""
+        for _ in range(3):
+            children = self._launch(attempt, free_port(), resume_from, *args)
+            deadline = time.monotonic() + TIMEOUT_S
+            while time.monotonic() < deadline:
+                early = [c for c in children if c.poll() is not None]
+                text = self.output(attempt, 0) + self.output(attempt, 1)
+                if early and "address already in use" in text.lower():
+                    break  # the port was taken: again, on another
+                if early or "step 1/" in text or "resumed from" in text:
+                    return children
+                time.sleep(0.05)
+            else:
+                return children  # wait() below bounds it and says what happened
+            for c in children:
+                c.kill()
+                c.wait()
+        self.fail("the master port was taken three times running")
+
+    def _launch(self, attempt: int, port: int, resume_from: str, *args: str
+                ) -> list[subprocess.Popen]:
         children = []
         for rank in range(2):
             env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
@@ -80,11 +102,22 @@ class DdpTest(unittest.TestCase):
             self.addCleanup(log.close)
             children.append(subprocess.Popen(
                 [PYTHON, SCRIPT, "--steps", str(STEPS), *args], env=env, text=True,
-                stdout=subprocess.PIPE if rank == 1 else log, stderr=subprocess.STDOUT))
+                stdout=log, stderr=subprocess.STDOUT))
         for child in children:
             self.addCleanup(child.wait)
             self.addCleanup(child.kill)
         return children
+
+    def wait_all(self, attempt: int, children: list[subprocess.Popen]) -> list[int]:
+        """Their exit statuses; a rank still running after TIMEOUT_S fails the test with
+        both ranks' output rather than hanging it."""
+        try:
+            return [c.wait(timeout=TIMEOUT_S) for c in children]
+        except subprocess.TimeoutExpired:
+            for c in children:
+                c.kill()
+            self.fail(f"attempt {attempt} still running after {TIMEOUT_S} s:\n"
+                      f"rank 0:\n{self.output(attempt, 0)}\nrank 1:\n{self.output(attempt, 1)}")
 
     def metrics(self, attempt: int, rank: int) -> str:
         return os.path.join(self.tmp, f"metrics-{attempt}-{rank}.jsonl")
@@ -96,18 +129,19 @@ class DdpTest(unittest.TestCase):
     def test_two_ranks_preempt_resume_and_converge(self) -> None:
         # Attempt 1: slowed down so the notice lands mid-run; only rank 1 gets it, so
         # rank 0 learns of it through the all-reduce.
-        children = self.launch(1, free_port(), "", "--step-time", "0.05", "--log-every", "1")
-        rank1_out = []
-        assert children[1].stdout is not None
-        for line in children[1].stdout:
-            rank1_out.append(line)
-            if "step 10/" in line:
-                children[1].send_signal(signal.SIGUSR1)
-                break
-        rank1_out.extend(children[1].stdout)
-        statuses = [c.wait(timeout=TIMEOUT_S) for c in children]
+        children = self.launch(1, "", "--step-time", "0.05", "--log-every", "1")
+        deadline = time.monotonic() + TIMEOUT_S
+        while "step 10/" not in self.output(1, 1):
+            if time.monotonic() > deadline or any(c.poll() is not None for c in children):
+                for c in children:
+                    c.kill()
+                self.fail(f"rank 1 did not reach step 10:\nrank 0:\n{self.output(1, 0)}\n"
+                          f"rank 1:\n{self.output(1, 1)}")
+            time.sleep(0.02)
+        children[1].send_signal(signal.SIGUSR1)
+        statuses = self.wait_all(1, children)
         self.assertEqual(statuses, [EXIT_PREEMPTED] * 2,
-                         f"rank 0:\n{self.output(1, 0)}\nrank 1:\n{''.join(rank1_out)}")
+                         f"rank 0:\n{self.output(1, 0)}\nrank 1:\n{self.output(1, 1)}")
         [saved] = [r for r in read_records(self.metrics(1, 0)) if r["kind"] == "checkpoint"]
         stopped = saved["step"]
         self.assertTrue(10 <= stopped < 50, stopped)
@@ -116,14 +150,12 @@ class DdpTest(unittest.TestCase):
                           if r["kind"] == "checkpoint"], "only rank 0 checkpoints")
 
         # Attempt 2: resumes from the control plane's pointer and runs to the end.
-        children = self.launch(2, free_port(), saved["path"])
-        assert children[1].stdout is not None
-        rank1_out = children[1].stdout.read()
-        statuses = [c.wait(timeout=TIMEOUT_S) for c in children]
+        children = self.launch(2, saved["path"])
+        statuses = self.wait_all(2, children)
         self.assertEqual(statuses, [0, 0],
-                         f"rank 0:\n{self.output(2, 0)}\nrank 1:\n{rank1_out}")
-        for out in (self.output(2, 0), rank1_out):
-            self.assertIn(f"resumed from {saved['path']} at step {stopped}", out)
+                         f"rank 0:\n{self.output(2, 0)}\nrank 1:\n{self.output(2, 1)}")
+        for rank in range(2):
+            self.assertIn(f"resumed from {saved['path']} at step {stopped}", self.output(2, rank))
         second = read_records(self.metrics(2, 0))
         steps = [r["step"] for r in second if r["kind"] == "metrics"]
         self.assertEqual(steps, list(range(stopped + 1, STEPS + 1)))
