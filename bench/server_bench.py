@@ -7,8 +7,9 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
   submit   jobs/s acknowledged (201, committed with synchronous=FULL) over POST /jobs
            from --clients processes, each with one keep-alive connection;
   list     GET /jobs over --list-jobs jobs, page by page: time per page and in all;
-  latency  idle `trainyard up --nodes 2 --gpus-per-node 8`: submit -> process start,
-           p50/p99 over --latency-jobs jobs submitted one at a time;
+  latency  idle `trainyard up --nodes 2 --gpus-per-node 8`: submit -> process start (the
+           mtime of a file the rank writes first), p50/p99 over --latency-jobs jobs
+           submitted one at a time;
   slurm    --slurm-runs back-to-back runs of --slurm-jobs trivial 1-GPU jobs, one CLI
            call each: `slurm-peer bench N` (sbatch) then `trainyard submit` against
            `trainyard up` (4 x 8 GPUs); jobs/s from the first submission until all have
@@ -18,6 +19,12 @@ Prints figures; it does not pass or fail on them (see docs/api.md, "Speed"):
            same jobs as one job array, one CLI call:
            `slurm-peer bench-array N` (sbatch --array) then `trainyard submit --array`;
            jobs/s from the call until all have finished, medians and their ratio.
+  --container  latency, slurm and slurm-array also run every Trainyard job in a container
+           (docs/execution.md): a busybox image made by tests/containers/make_busybox_image.sh
+           and loaded with `trainyard image load` into a store in the work dir, the job's
+           `image:` naming it; each figure is printed for both executors, and latency
+           gives the container's start overhead (container p50/p99 minus process p50/p99).
+           Needs root and runc, as the container executor does.
   ingest   metric points/s stored (committed) through POST /api/v1/runs/{id}/metrics on
            loopback from --ingest-clients processes, each posting bodies of
            --ingest-points points (8 keys) for --ingest-seconds; text/plain bodies
@@ -147,6 +154,25 @@ def no_rate_limit(trainyard):
     help_text = subprocess.run([trainyard, "server", "--help"], capture_output=True,
                                text=True).stdout
     return ["--rate-limit", "0"] if "--rate-limit" in help_text else []
+
+
+_image = {}  # "ref": the bench image's reference once loaded (--container)
+
+
+def bench_image(trainyard, work):
+    """Makes and loads the container benches' busybox image once; returns its reference.
+    `trainyard up` (started after this) passes TRAINYARD_IMAGE_STORE to its agents."""
+    if "ref" in _image:
+        return _image["ref"]
+    ref = "bench/busybox:1"
+    store = f"{work}/images"
+    tar = f"{work}/busybox.tar"
+    subprocess.run(["bash", os.path.join(HERE, "..", "tests", "containers", "make_busybox_image.sh"),
+                    tar, ref], check=True, stdout=subprocess.DEVNULL)
+    os.environ["TRAINYARD_IMAGE_STORE"] = store
+    subprocess.run([trainyard, "image", "load", tar], check=True, stdout=subprocess.DEVNULL)
+    _image["ref"] = ref
+    return ref
 
 
 def start(trainyard, args, data_dir, log):
@@ -333,19 +359,24 @@ def bench_list(trainyard, work, jobs):
 
 # --- latency -----------------------------------------------------------------------------
 
-def bench_latency(trainyard, work, jobs):
-    d = f"{work}/latency"
-    p, url = start(trainyard, ["up", "--nodes", "2", "--gpus-per-node", "8"], d, f"{work}/latency.log")
+def bench_latency(trainyard, work, jobs, image=""):
+    what = "container" if image else "process"
+    d = f"{work}/latency-{what}"
+    p, url = start(trainyard, ["up", "--nodes", "2", "--gpus-per-node", "8"], d,
+                   f"{work}/latency-{what}.log")
     try:
         wait_nodes(url, 2)
         conn = connect(url)
-        marks = f"{work}/marks"
+        marks = f"{work}/marks-{what}"
         os.makedirs(marks)
         lat = []
         for i in range(jobs):
             f = f"{marks}/{i}"
-            spec = json.dumps({"name": f"lat-{i}", "resources": {"gpus": 1},
-                               "command": ["/bin/sh", "-c", f"date +%s%N > {f}.tmp && mv {f}.tmp {f}"]})
+            spec = {"name": f"lat-{i}", "resources": {"gpus": 1},
+                    "command": ["/bin/sh", "-c", f"echo > {f}.tmp && mv {f}.tmp {f}"]}
+            if image:  # the marks directory is mounted at its own path
+                spec.update(image=image, mounts=[f"{marks}:{marks}"])
+            spec = json.dumps(spec)
             t0 = time.time_ns()
             status, data = call(conn, "POST", "/api/v1/jobs", spec)
             if status != 201:
@@ -355,12 +386,14 @@ def bench_latency(trainyard, work, jobs):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"job {json.loads(data)['id']} did not start in 30 s")
                 time.sleep(0.001)
-            with open(f) as fh:
-                lat.append((int(fh.read()) - t0) / 1e6)
+            # When the rank wrote the mark: its mtime (the kernel's coarse clock, a few ms;
+            # busybox's date in the container image has no nanoseconds).
+            lat.append((os.stat(f).st_mtime_ns - t0) / 1e6)
             wait_all_finished(url, 0.005)  # keep the cluster idle for the next one
         print(f"latency: idle 2 x 8-GPU local cluster, {jobs} jobs one at a time: submit -> "
-              f"process start p50 {pct(lat, 50):.0f} ms p99 {pct(lat, 99):.0f} ms "
+              f"{what} start p50 {pct(lat, 50):.0f} ms p99 {pct(lat, 99):.0f} ms "
               f"max {max(lat):.0f} ms", flush=True)
+        return pct(lat, 50), pct(lat, 99)
     finally:
         stop(p, signal.SIGINT)
 
@@ -399,7 +432,7 @@ def slurm_unavailable():
     return None
 
 
-def bench_slurm(trainyard, work, runs, n, array=False):
+def bench_slurm(trainyard, work, runs, n, array=False, image=""):
     mode = "slurm-array" if array else "slurm"
     why = slurm_unavailable()
     if why:
@@ -408,9 +441,12 @@ def bench_slurm(trainyard, work, runs, n, array=False):
     spec_file = f"{work}/trivial.yaml"
     with open(spec_file, "w") as f:
         f.write('name: trivial\nresources: {gpus: 1}\ncommand: ["/bin/true"]\n')
-    p, url = start(trainyard, ["up", "--nodes", "4", "--gpus-per-node", "8"], f"{work}/cmp",
-                   f"{work}/cmp.log")
-    slurm_rates, ours_rates = [], []
+    image_spec = f"{work}/trivial-container.yaml"
+    with open(image_spec, "w") as f:
+        f.write(f'name: trivial\nimage: {image}\nresources: {{gpus: 1}}\ncommand: ["/bin/true"]\n')
+    p, url = start(trainyard, ["up", "--nodes", "4", "--gpus-per-node", "8"], f"{work}/cmp-{mode}",
+                   f"{work}/cmp-{mode}.log")
+    slurm_rates, ours_rates, container_rates = [], [], []
     try:
         wait_nodes(url, 4)
         up = subprocess.run([SLURM_PEER, "up"], capture_output=True, text=True)
@@ -429,11 +465,22 @@ def bench_slurm(trainyard, work, runs, n, array=False):
             print(f"trainyard{'-array' if array else ''} run {r + 1}: jobs={n} submit_s={sub:.2f} "
                   + ("" if array else f"submit_per_s={n / sub:.1f} ")
                   + f"all_done_s={done:.2f} completed_per_s={n / done:.1f}", flush=True)
+            if image:
+                sub, done = run_trainyard_jobs(trainyard, url, image_spec, n, array)
+                container_rates.append(n / done)
+                print(f"trainyard{'-array' if array else ''}-container run {r + 1}: jobs={n} "
+                      f"submit_s={sub:.2f} all_done_s={done:.2f} completed_per_s={n / done:.1f}",
+                      flush=True)
         s, o = statistics.median(slurm_rates), statistics.median(ours_rates)
         how = "as one job array (one CLI call)" if array else "one CLI call each"
         print(f"{mode} vs trainyard: {n} trivial 1-GPU jobs, {how}, 4 x 8 GPUs, "
               f"median of {runs}: Slurm {s:.1f} jobs/s, Trainyard {o:.1f} jobs/s, "
               f"ratio {o / s:.1f}x", flush=True)
+        if image:
+            c = statistics.median(container_rates)
+            print(f"{mode} vs trainyard with containers: the same, each job in a container of "
+                  f"{image}: Slurm {s:.1f} jobs/s, Trainyard {c:.1f} jobs/s, ratio {c / s:.1f}x",
+                  flush=True)
     finally:
         subprocess.run([SLURM_PEER, "down"], capture_output=True)
         stop(p, signal.SIGINT)
@@ -1840,6 +1887,7 @@ def main():
     ap.add_argument("--loss-grace", type=float, default=5)
     ap.add_argument("--loss-steady", type=float, default=10)
     ap.add_argument("--loss-runs", type=int, default=3)
+    ap.add_argument("--container", action="store_true")
     args, _ = ap.parse_known_args()
     if "node-loss" in args.only.split(","):
         if args.loss_agents < 2:
@@ -1874,12 +1922,17 @@ def main():
             bench_submit_native(trainyard, work, args.clients, args.jobs)
         if "list" in only:
             bench_list(trainyard, work, args.list_jobs)
+        image = bench_image(trainyard, work) if args.container else ""
         if "latency" in only:
-            bench_latency(trainyard, work, args.latency_jobs)
+            p50, p99 = bench_latency(trainyard, work, args.latency_jobs)
+            if image:
+                c50, c99 = bench_latency(trainyard, work, args.latency_jobs, image)
+                print(f"latency: container start overhead (container minus process) "
+                      f"p50 {c50 - p50:.0f} ms p99 {c99 - p99:.0f} ms", flush=True)
         if "slurm" in only:
-            bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs)
+            bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs, image=image)
         if "slurm-array" in only:
-            bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs, array=True)
+            bench_slurm(trainyard, work, args.slurm_runs, args.slurm_jobs, array=True, image=image)
         if "ingest" in only:
             bench_ingest(trainyard, work, args.ingest_clients, args.ingest_points,
                          args.ingest_seconds)
