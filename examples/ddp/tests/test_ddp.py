@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,9 +43,22 @@ def torch_missing() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range, as the server's MASTER_PORT is
+    (20000-31999). One inside it may become rank 1's own local port while rank 1 retries
+    connecting before rank 0 listens (a TCP self-connect): rank 0 then finds it taken and
+    rank 1 waits on itself, which is how this test used to hang on a busy machine."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    rng = random.Random(os.getpid())
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low}")
 
 
 def read_records(path: str) -> list[dict]:
@@ -62,8 +76,9 @@ class DdpTest(unittest.TestCase):
 
     def launch(self, attempt: int, resume_from: str, *args: str) -> list[subprocess.Popen]:
         """Starts both ranks of one attempt, each logging to out-ATTEMPT-RANK.log. The
-        master port is picked free and then given up, so another process may take it
-        before rank 0 binds it: then both are stopped and started again on another."""
+        master port is picked free and then given up, so another process may still take
+        it before rank 0 binds it: then both are stopped and started again on another."""
+        tries = []
         for _ in range(3):
             children = self._launch(attempt, free_port(), resume_from, *args)
             deadline = time.monotonic() + TIMEOUT_S
@@ -71,6 +86,7 @@ class DdpTest(unittest.TestCase):
                 early = [c for c in children if c.poll() is not None]
                 text = self.output(attempt, 0) + self.output(attempt, 1)
                 if early and "address already in use" in text.lower():
+                    tries.append(text)
                     break  # the port was taken: again, on another
                 if early or "step 1/" in text or "resumed from" in text:
                     return children
@@ -80,7 +96,7 @@ class DdpTest(unittest.TestCase):
             for c in children:
                 c.kill()
                 c.wait()
-        self.fail("the master port was taken three times running")
+        self.fail("the master port was taken three times running:\n" + "\n---\n".join(tries))
 
     def _launch(self, attempt: int, port: int, resume_from: str, *args: str
                 ) -> list[subprocess.Popen]:
