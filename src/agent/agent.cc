@@ -253,6 +253,12 @@ Status Agent::Run() {
   cgroups_ = options_.cgroups ? *options_.cgroups : Cgroups::Detect(CgroupHost::FromProc());
   // Containers first: deleting those an earlier agent left empties their groups.
   FindContainers();
+  Log(options_.unmapped_uid >= 0
+          ? "identity: ranks of tenants without run_as run as " +
+                std::to_string(options_.unmapped_uid) + ":" +
+                std::to_string(options_.unmapped_gid) + " (--unmapped-run-as)"
+          : "identity: ranks of tenants without run_as run as this agent's user, uid " +
+                std::to_string(geteuid()) + " (--unmapped-run-as)");
   Log(cgroups_.available() ? "task limits: " + cgroups_.Describe()
                            : "task limits: none, tasks run without cpu, memory or pids limits (" +
                                  cgroups_.problem() + ")");

@@ -110,6 +110,11 @@ struct AgentOptions {
   std::optional<Cgroups> cgroups;
   // pids.max of each replica's group; 0: unlimited.
   int64_t task_pids_max = 32'768;
+  // Who ranks of a tenant without run_as run as (docs/execution.md): -1 (both) the
+  // agent's own identity. The CLI makes it nobody (65534:65534) for a root agent, so
+  // that no rank is root unless its tenant is allowed root (--unmapped-run-as).
+  int64_t unmapped_uid = -1;
+  int64_t unmapped_gid = -1;
   // trainyard-exec (exec_helper_main.cc), which a task with a cgroup or an identity
   // starts through; empty: beside the running executable.
   std::string exec_helper;

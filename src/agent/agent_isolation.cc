@@ -39,13 +39,17 @@ void Agent::RemoveStaleGroups() {
 }
 
 Status Agent::PrepareIsolation(const TaskStart& spec, Task& t, LaunchSpec& launch) {
-  if (spec.uid >= 0 && static_cast<uid_t>(spec.uid) != geteuid()) {
-    launch.uid = spec.uid;
-    launch.gid = spec.gid;
+  // The tenant's identity, else this agent's identity for tenants without one.
+  const bool mapped = spec.uid >= 0;
+  const int64_t run_uid = mapped ? spec.uid : options_.unmapped_uid;
+  const int64_t run_gid = mapped ? spec.gid : options_.unmapped_gid;
+  if (run_uid >= 0 && static_cast<uid_t>(run_uid) != geteuid()) {
+    launch.uid = run_uid;
+    launch.gid = run_gid;
     // What the agent makes for the task and the task writes to is the task's: its
     // metrics file, profile dir and checkpoint dir (that one for it alone).
-    const auto uid = static_cast<uid_t>(spec.uid);
-    const auto gid = static_cast<gid_t>(spec.gid);
+    const auto uid = static_cast<uid_t>(run_uid);
+    const auto gid = static_cast<gid_t>(run_gid);
     auto own = [&](const std::string& path, bool dir, bool private_to_it) -> Status {
       std::error_code ec;
       if (dir) {
@@ -55,8 +59,8 @@ Status Agent::PrepareIsolation(const TaskStart& spec, Task& t, LaunchSpec& launc
       }
       if (chown(path.c_str(), uid, gid) != 0 ||
           (private_to_it && chmod(path.c_str(), dir ? 0700 : 0600) != 0)) {
-        return FailedPrecondition("run as " + std::to_string(spec.uid) + ":" +
-                                  std::to_string(spec.gid) + ": cannot give " + path +
+        return FailedPrecondition("run as " + std::to_string(run_uid) + ":" +
+                                  std::to_string(run_gid) + ": cannot give " + path +
                                   " to it: " + std::strerror(errno));
       }
       return Status::Ok();

@@ -20,6 +20,7 @@
 #include "cli/app.h"
 #include "core/names.h"
 #include "core/spec_paths.h"
+#include "core/tenancy.h"
 #include "core/units.h"
 #include "http/tls.h"
 
@@ -225,6 +226,26 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
   }
   o.task_pids_max = f.task_pids_max;
   o.oci_runtime = f.oci_runtime;
+  // Nobody by default for a root agent: a rank is root only where its tenant is allowed.
+  const std::string unmapped =
+      f.unmapped_run_as.empty() ? (geteuid() == 0 ? "65534:65534" : "agent") : f.unmapped_run_as;
+  if (unmapped != "agent") {
+    if (!ParseUnixIds(unmapped, o.unmapped_uid, o.unmapped_gid)) {
+      return InvalidArgument("--unmapped-run-as: must be UID:GID (decimal, 0.." +
+                             std::to_string(kMaxUnixId) + ") or agent, got " +
+                             QuoteForMessage(unmapped));
+    }
+    if (o.unmapped_uid == 0 || o.unmapped_gid == 0) {
+      return InvalidArgument("--unmapped-run-as " + unmapped +
+                             ": root is never the default identity; give the tenants that "
+                             "need it run_as 0:0 with allow_root, or use agent");
+    }
+    if (geteuid() != 0 && static_cast<uid_t>(o.unmapped_uid) != geteuid()) {
+      return InvalidArgument("--unmapped-run-as " + unmapped +
+                             ": switching identity needs root, and this agent runs as uid " +
+                             std::to_string(geteuid()) + "; use agent");
+    }
+  }
   if (!f.image_store.empty()) {
     o.image_store = std::filesystem::absolute(f.image_store).lexically_normal().string();
   }
@@ -364,6 +385,10 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
   cmd->add_option("--task-pids-max", o->task_pids_max,
                   "pids.max of each replica's cgroup; 0: unlimited")
       ->capture_default_str();
+  cmd->add_option("--unmapped-run-as", o->unmapped_run_as,
+                  "Who ranks of a tenant without run_as run as: UID:GID, or agent (this "
+                  "agent's own user); default 65534:65534 (nobody) for a root agent, so that no "
+                  "rank is root unless its tenant allows it; see docs/execution.md");
   cmd->add_option("--oci-runtime", o->oci_runtime,
                   "The OCI runtime that runs jobs with an image (a path, or a name on PATH; "
                   "default runc; none: no containers; see docs/execution.md)");

@@ -50,6 +50,7 @@ struct AgentCommandOptions {
   bool no_cgroups = false;
   int64_t task_pids_max = 32'768;
   std::string oci_runtime;  // "": runc; "none": no containers
+  std::string unmapped_run_as;  // "UID:GID" or "agent"; "": nobody for root, else agent
   std::string image_store;  // "": ImageStore::DefaultRoot()
 };
 

@@ -436,10 +436,12 @@ int RunUp(const UpFlags& f, std::ostream& out, std::ostream& err) {
     const std::string agent_dir = dir + "/agents/" + name;
     std::filesystem::create_directories(agent_dir, ec);
     std::vector<std::string> argv = {
-        self,           "agent",          "--server",         srv.Url(),
-        "--join-token", srv.join_token(), "--name",           name,
-        "--data-dir",   agent_dir,        "--simulated-gpus", std::to_string(f.gpus_per_node),
-        "--gpu-type",   f.gpu_type};
+        self, "agent", "--server", srv.Url(), "--join-token", srv.join_token(), "--name", name,
+        "--data-dir", agent_dir, "--simulated-gpus", std::to_string(f.gpus_per_node), "--gpu-type",
+        f.gpu_type,
+        // A local cluster is its user's own: ranks run as that user, as their shell's
+        // commands do (a shared cluster's agents run them as nobody, or each tenant's).
+        "--unmapped-run-as", "agent"};
     // The agents trust the server's own certificate (docs/tls.md).
     if (!opts->tls_cert.empty()) argv.insert(argv.end(), {"--ca-cert", opts->tls_cert});
     agents.push_back(Spawn(argv, agent_dir + "/agent.log"));

@@ -204,6 +204,25 @@ TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliTest, AgentUnmappedRunAsIsNeverRootAndItsProblemsNamed) {
+  store::test::TempDir dir;
+  auto agent = [&](const std::string& value) {
+    return Cli({"agent", "--server", "http://127.0.0.1:1", "--join-token", "t", "--name", "n",
+                "--data-dir", dir.File("data"), "--simulated-gpus", "1", "--unmapped-run-as",
+                value});
+  };
+  CliRun root = agent("0:0");
+  EXPECT_EQ(root.code, kExitUsage);
+  EXPECT_THAT(root.err, HasSubstr("--unmapped-run-as 0:0: root is never the default identity"));
+  CliRun name = agent("nobody");
+  EXPECT_EQ(name.code, kExitUsage);
+  EXPECT_THAT(name.err, HasSubstr("--unmapped-run-as: must be UID:GID (decimal, 0..2147483646) "
+                                  "or agent, got \"nobody\""));
+  CliRun half = agent("2001:");
+  EXPECT_EQ(half.code, kExitUsage);
+  EXPECT_THAT(half.err, HasSubstr("got \"2001:\""));
+}
+
 TEST(CliTest, AgentJoinTokenFileIsReadAndItsProblemsNamed) {
   store::test::TempDir dir;
   auto agent = [&](std::vector<std::string> flags) {

@@ -1,6 +1,8 @@
 #include "core/tenancy.h"
 
 #include <cmath>
+#include <string>
+#include <string_view>
 
 #include "core/names.h"
 
@@ -16,6 +18,18 @@ Status CheckGpuRange(std::string_view field, int64_t v) {
 }
 
 }  // namespace
+
+bool ParseUnixIds(std::string_view text, int64_t& uid, int64_t& gid) {
+  const auto number = [](std::string_view s, int64_t& out) {
+    if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string_view::npos)
+      return false;
+    out = std::stoll(std::string(s));
+    return out <= kMaxUnixId;
+  };
+  const size_t colon = text.find(':');
+  return colon != std::string_view::npos && number(text.substr(0, colon), uid) &&
+         number(text.substr(colon + 1), gid);
+}
 
 Status ValidateRunAs(const Tenant& t) {
   const std::string run_as = std::to_string(t.run_as_uid) + ":" + std::to_string(t.run_as_gid);

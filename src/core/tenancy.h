@@ -46,6 +46,9 @@ inline constexpr int64_t kMaxUnixId = 2'147'483'646;
 // allow_root. InvalidArgument naming the field and value.
 Status ValidateRunAs(const Tenant& t);
 
+// "UID:GID", decimal, each 0..kMaxUnixId; false for anything else.
+bool ParseUnixIds(std::string_view text, int64_t& uid, int64_t& gid);
+
 struct Queue {
   std::string name;
   std::string tenant;

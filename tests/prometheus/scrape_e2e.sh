@@ -29,7 +29,7 @@ fail_extra() {
 }
 
 start_agent() {  # NAME GPUS
-  "$T" agent --server "$(cat "$D/server.url")" --join-token "$(cat "$D/join-token")" \
+  "$T" agent --unmapped-run-as agent --server "$(cat "$D/server.url")" --join-token "$(cat "$D/join-token")" \
     --name "$1" --data-dir "$WORK/agents/$1" --simulated-gpus "$2" --gpu-type H100 \
     >>"$WORK/agent-$1.log" 2>&1 &
   PIDS+=("$!")

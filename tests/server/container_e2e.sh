@@ -13,7 +13,8 @@
 #      process, absent from inside a container;
 #   4. a job over its memory limit in a container is reported as OOMKilled;
 #   5. a job whose image no node has fails, naming the image and the node;
-#   6. `runs rerun` pins the image to the digest the first run used.
+#   6. `runs rerun` pins the image to the digest the first run used;
+#   7. a tenant with no run_as runs as nobody on these root agents, not as root.
 #
 #   container_e2e.sh TRAINYARD_BINARY
 # Needs root (cgroups, other uids) and runc: CI has both; elsewhere it fails saying which.
@@ -21,6 +22,7 @@ set -euo pipefail
 T=$(realpath "$1")
 CASE=containers
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
+DEFAULT_IDENTITY=1  # the agents' default --unmapped-run-as, as on a shared cluster
 source "$(dirname "$0")/lib.sh"
 py() { "$PY" -c "$@"; }
 
@@ -197,4 +199,19 @@ RERUN=$("$T" runs rerun "$JOB" -o json | py 'import json,sys; print(json.load(sy
 [[ $(job_field "$RERUN" 'j["spec"]["image"]') == "trainyard-test/busybox@$DIGEST" ]] ||
   fail "rerun image: $(job_field "$RERUN" 'j["spec"]["image"]')"
 "$T" cancel "$RERUN" >/dev/null
+
+# --- 7. no run_as: nobody -----------------------------------------------------------------
+for image in "" "$IMAGE"; do
+  cat >"$WORK/anon.yaml" <<EOF
+name: anon
+${image:+image: $image}
+working_dir: /tmp
+resources: {cpus: 0.2}
+command: ["/bin/sh", "-c", "echo \$(id -u):\$(id -g)"]
+EOF
+  ANON=$(submit "$WORK/anon.yaml")
+  wait_until "$ANON" 'j["state"] in ("Failed", "Succeeded")' 30 "the job of the default tenant"
+  [[ $(state "$ANON") == Succeeded && $("$T" logs "$ANON") == 65534:65534 ]] ||
+    fail "default tenant${image:+ in $image}: $(state "$ANON"), ran as '$("$T" logs "$ANON")', want nobody 65534:65534"
+done
 echo "PASS containers"

@@ -61,7 +61,7 @@ body=$(curl -s "$URL_B/api/v1/jobs")
 
 export TRAINYARD_SERVER="$URL_A,$URL_B" TRAINYARD_TOKEN=$(cat "$WORK/a/token")
 for n in n0 n1; do
-  (cd "$REPO" && exec "$T" agent --server "$URL_B,$URL_A" --join-token sesame --name $n \
+  (cd "$REPO" && exec "$T" agent --unmapped-run-as agent --server "$URL_B,$URL_A" --join-token sesame --name $n \
     --data-dir "$WORK/agents/$n" --simulated-gpus 2 --gpu-type H100 --cpus 2 \
     >>"$WORK/agent-$n.log" 2>&1) &
   PIDS+=("$!")

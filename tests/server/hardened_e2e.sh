@@ -19,7 +19,7 @@ mkdir -p "$A/work" "$WORK/outside"
 ln -s "$WORK/outside" "$A/escape"
 SERVER_FLAGS=(--allowed-dirs "$A,$D/checkpoints")
 start_server
-"$T" agent --server "$(cat "$D/server.url")" --join-token "$(cat "$D/join-token")" \
+"$T" agent --unmapped-run-as agent --server "$(cat "$D/server.url")" --join-token "$(cat "$D/join-token")" \
   --name node-0 --data-dir "$WORK/agents/node-0" --simulated-gpus 1 --gpu-type H100 \
   --allowed-dirs "$A,$D/checkpoints" >>"$WORK/agent-node-0.log" 2>&1 &
 PIDS+=("$!")

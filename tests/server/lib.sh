@@ -67,9 +67,14 @@ job_field() {  # ID PYTHON-EXPR over j
   "$T" job show "$1" -o json | "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
 
+# The agents run the ranks of tenants without run_as as their own user, as `trainyard up`
+# does (the jobs of these tests write to $WORK, which is root's alone); a script that sets
+# DEFAULT_IDENTITY=1 gets what a shared cluster's root agent does: nobody.
+unmapped_run_as() { [[ ${DEFAULT_IDENTITY:-} == 1 ]] || echo "--unmapped-run-as=agent"; }
+
 start_repo_agent() {  # NAME: 2 simulated H100s, from the repository root ($REPO) as
   # `trainyard up` run there would start it, so job specs' relative paths resolve
-  (cd "$REPO" && exec "$T" agent --server "$(cat "$D/server.url")" \
+  (cd "$REPO" && exec "$T" agent $(unmapped_run_as) --server "$(cat "$D/server.url")" \
     --join-token "$(cat "$D/join-token")" --name "$1" --data-dir "$WORK/agents/$1" \
     --simulated-gpus 2 --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1) &
   PIDS+=("$!")

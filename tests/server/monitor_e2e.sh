@@ -42,7 +42,7 @@ EOF
   chmod +x "$WORK/check.sh"
   touch "$WORK/sick"
   start_server
-  (cd "$REPO" && exec "$T" agent --server "$(cat "$D/server.url")" \
+  (cd "$REPO" && exec "$T" agent --unmapped-run-as agent --server "$(cat "$D/server.url")" \
     --join-token "$(cat "$D/join-token")" --name node-0 --data-dir "$WORK/agents/node-0" \
     --simulated-gpus 2 --gpu-type H100 --cpus 2 --health-check "$WORK/check.sh" \
     --health-check-interval 1s >>"$WORK/agent-node-0.log" 2>&1) &

@@ -100,7 +100,7 @@ wait_node_state() {  # NAME STATE SECONDS
   fail "node $1 not $2 within $3 s (it is $(node_state "$1" 2>/dev/null || echo ?))"
 }
 start_agent() {  # HOST SERVERS
-  spawn "$1" "$T_REAL" agent --server "$2" --join-token sesame --name "$1" \
+  spawn "$1" "$T_REAL" agent --unmapped-run-as agent --server "$2" --join-token sesame --name "$1" \
     --data-dir "$WORK/agents/$1" --address "${ADDR["$1 app"]}" --simulated-gpus 1 \
     --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1
 }

@@ -83,7 +83,7 @@ set -e
 start_agent() {  # NAME [AGENT FLAGS...]
   local name=$1
   shift
-  "$T" agent --server "$URL" --join-token "$(cat "$D/join-token")" --name "$name" \
+  "$T" agent --unmapped-run-as agent --server "$URL" --join-token "$(cat "$D/join-token")" --name "$name" \
     --data-dir "$WORK/agents/$name" --simulated-gpus 2 --gpu-type H100 "$@" \
     >>"$WORK/agent-$name.log" 2>&1 &
   PIDS+=("$!")

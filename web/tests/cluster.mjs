@@ -49,7 +49,7 @@ export async function startCluster({ trainyard, repo, nodes = 2, gpus = 4, serve
   for (let i = 0; i < nodes; i++) {
     const name = `node-${i}`;
     mkdirSync(join(work, "agents", name), { recursive: true });
-    procs.push(spawn(trainyard, ["agent", "--server", c.url, "--join-token", join_token, "--name", name,
+    procs.push(spawn(trainyard, ["agent", "--unmapped-run-as", "agent", "--server", c.url, "--join-token", join_token, "--name", name,
       "--data-dir", join(work, "agents", name), "--simulated-gpus", String(gpus), "--gpu-type", "H100",
       "--cpus", "4", "--leaf", `leaf-${i % 2}`], { cwd: repo, stdio: ["ignore", log(`agent-${name}`), log(`agent-${name}`)] }));
   }

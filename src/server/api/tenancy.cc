@@ -47,18 +47,8 @@ Result<TenantIdentity> ParseTenantIdentity(std::string_view body) {
   if (!run_as->is_string())
     return InvalidArgument("tenant.run_as: must be " + want + ", got " + run_as->dump());
   const std::string text = run_as->get<std::string>();
-  if (!text.empty()) {
-    const size_t colon = text.find(':');
-    auto number = [](std::string_view s, int64_t& out) {
-      if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string_view::npos)
-        return false;
-      out = std::stoll(std::string(s));
-      return out <= kMaxUnixId;
-    };
-    if (colon == std::string::npos || !number(std::string_view(text).substr(0, colon), id.uid) ||
-        !number(std::string_view(text).substr(colon + 1), id.gid)) {
-      return InvalidArgument("tenant.run_as: must be " + want + ", got \"" + text + "\"");
-    }
+  if (!text.empty() && !ParseUnixIds(text, id.uid, id.gid)) {
+    return InvalidArgument("tenant.run_as: must be " + want + ", got \"" + text + "\"");
   }
   if (auto root = j.find("allow_root"); root != j.end()) {
     if (!root->is_boolean())
