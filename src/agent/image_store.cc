@@ -3,7 +3,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -26,6 +25,7 @@
 
 #include "core/image_ref.h"
 #include "core/names.h"
+#include "core/sha256.h"
 
 namespace trainyard::agent {
 namespace {
@@ -85,32 +85,6 @@ Status MakeDirs(const std::string& path) {
   if (ec) return FailedPrecondition("creating the directory " + path + ": " + ec.message());
   return Status::Ok();
 }
-
-// ----- sha256 -----
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(const void* data, size_t n) { EVP_DigestUpdate(ctx_, data, n); }
-  std::string Hex() {
-    std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_, md.data(), &len);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out.push_back(kHex[md[i] >> 4]);
-      out.push_back(kHex[md[i] & 15]);
-    }
-    return out;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
 
 // ----- the store's lock -----
 

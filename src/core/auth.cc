@@ -1,11 +1,9 @@
 #include "core/auth.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <array>
 
 #include "core/names.h"
+#include "core/sha256.h"
 
 namespace trainyard {
 namespace {
@@ -129,17 +127,9 @@ std::string FormatTokenText(const TokenParts& parts) {
 }
 
 std::string Sha256Hex(std::string_view data) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[md[i] >> 4]);
-    out.push_back(kHex[md[i] & 15]);
-  }
-  return out;
+  Sha256 h;
+  h.Update(data.data(), data.size());
+  return h.Hex();
 }
 
 bool ConstantTimeEqual(std::string_view a, std::string_view b) {
