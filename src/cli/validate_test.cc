@@ -143,16 +143,17 @@ TEST(CliTest, VersionHelpAndUsageErrors) {
 TEST(CliTest, OnlyTheCommandTypedIsBuiltYetHelpAndErrorsSeeAll) {
   CliRun help = Cli({"--help"});
   ASSERT_EQ(help.code, kExitOk);
-  for (const char* c : {"validate", "sched", "sim",    "agent",    "server", "store",  "up",
-                        "submit",   "jobs",  "cancel", "cordon",   "queues", "tokens", "audit",
-                        "runs",     "trace", "alerts", "diagnose", "fault",  "version"}) {
+  for (const char* c :
+       {"validate", "sched", "sim",    "agent",    "server", "store",    "up",
+        "submit",   "jobs",  "cancel", "cordon",   "queues", "tokens",   "audit",
+        "runs",     "trace", "alerts", "diagnose", "fault",  "datasets", "version"}) {
     EXPECT_THAT(help.out, HasSubstr(std::string("\n  ") + c + " ")) << c;
   }
   CliRun typo = Cli({"submt"});
   EXPECT_EQ(typo.code, kExitUsage);
   EXPECT_THAT(typo.err, HasSubstr("unknown command \"submt\"; did you mean submit?"));
   EXPECT_THAT(typo.err, HasSubstr("Commands: validate sched sim"));
-  EXPECT_THAT(typo.err, HasSubstr(" diagnose fault version"));
+  EXPECT_THAT(typo.err, HasSubstr(" diagnose fault datasets version"));
   for (const char* c : {"jobs", "drain", "runs", "fault", "server", "sim"}) {
     CliRun r = Cli({c, "--help"});
     EXPECT_EQ(r.code, kExitOk) << c << ": " << r.err;
@@ -202,6 +203,34 @@ TEST(CliTest, BadStoreLeaderAndServerFlagsAreUsageErrors) {
   EXPECT_THAT(agent.err, HasSubstr("--server: expected http://HOST:PORT or https://HOST:PORT "
                                    "(several separated by commas), got \"ftp://b\""));
   std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, DatasetsHashPrintsTheVersionAndReusesItsManifest) {
+  store::test::TempDir dir;
+  std::filesystem::create_directories(dir.File("d/sub"));
+  std::ofstream(dir.File("d/a.txt")) << "alpha";
+  std::ofstream(dir.File("d/sub/b.bin")) << "beta";
+  CliRun first =
+      Cli({"datasets", "hash", dir.File("d"), "--manifest", dir.File("m"), "-o", "json"});
+  ASSERT_EQ(first.code, kExitOk) << first.err;
+  auto j = nlohmann::json::parse(first.out);
+  EXPECT_EQ(j["files"], 2);
+  EXPECT_EQ(j["bytes"], 9);
+  EXPECT_EQ(j["files_read"], 2);
+  EXPECT_THAT(j["version"].get<std::string>(), ::testing::StartsWith("sha256:"));
+  // Again with the manifest it kept: nothing read, the same version.
+  CliRun again = Cli({"datasets", "hash", dir.File("d"), "--manifest", dir.File("m")});
+  ASSERT_EQ(again.code, kExitOk) << again.err;
+  EXPECT_THAT(again.out, HasSubstr(j["version"].get<std::string>() + "\n2 files, 9 B; read 0"));
+  EXPECT_THAT(again.out, HasSubstr("reused 2 from the manifest"));
+  // Bad input: not a directory, a manifest that is not one.
+  CliRun missing = Cli({"datasets", "hash", dir.File("nope")});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("nope: not a directory"));
+  std::ofstream(dir.File("m")) << "not a manifest\n";
+  CliRun bad = Cli({"datasets", "hash", dir.File("d"), "--manifest", dir.File("m")});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_THAT(bad.err, HasSubstr("--manifest " + dir.File("m") + ": manifest line 1: expected"));
 }
 
 TEST(CliTest, AgentUnmappedRunAsIsNeverRootAndItsProblemsNamed) {
