@@ -49,9 +49,9 @@ struct AgentCommandOptions {
   std::string health_check_timeout = "60s";
   bool no_cgroups = false;
   int64_t task_pids_max = 32'768;
-  std::string oci_runtime;  // "": runc; "none": no containers
+  std::string oci_runtime;      // "": runc; "none": no containers
   std::string unmapped_run_as;  // "UID:GID" or "agent"; "": nobody for root, else agent
-  std::string image_store;  // "": ImageStore::DefaultRoot()
+  std::string image_store;      // "": ImageStore::DefaultRoot()
 };
 
 // Validates the flags and fills in machine defaults. Errors name the flag, the value

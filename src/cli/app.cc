@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "cli/client_cmd.h"
-#include "cli/datasets_cmd.h"
 #include "cli/monitor_cmd.h"
 #include "cli/runs_cmd.h"
 #include "cli/sched_cmd.h"
@@ -110,7 +109,6 @@ std::optional<int> BuildAndRun(int argc, const char* const* argv, std::ostream& 
   AddClientCommands(app, exit_code, out, err);
   AddRunsCommands(app, exit_code, out, err);
   AddMonitorCommands(app, exit_code, out, err);
-  AddDatasetsCommands(app, exit_code, out, err);
   std::string version_output = "text";
   if (CommandWanted("version")) AddVersionCommand(app, version_output, exit_code, out);
 

@@ -40,6 +40,7 @@ inline constexpr DaemonCommand kDaemonCommands[] = {
     {"image",
      "Load, list and remove container images in this node's image store (images come as\n"
      "tarballs from docker save / podman save; see docs/images.md)"},
+    {"datasets", "Datasets and their versions (docs/datasets.md)"},
     {"server", "Run the control plane: REST API, scheduler loop and agent endpoints (docs/api.md)"},
     {"store", "Work on a control plane's store (docs/ha.md)"},
     {"up", "Start a local cluster: the server and N agents with simulated GPUs on this machine"},

@@ -813,7 +813,8 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     update->add_option("tenant", uf->name, "Tenant name")->required();
     update
         ->add_option("--run-as", uf->run_as,
-                     "UID:GID its ranks run as, or \"\" for the agent's own identity")
+                     "UID:GID its ranks run as, or \"\" for none (the agents' --unmapped-run-as, "
+                     "nobody on a root agent)")
         ->required();
     update->add_option("--allow-root", uf->allow_root,
                        "true: root's ids (0) may be used; false: not (the default)");

@@ -92,9 +92,7 @@ int RunDatasetHash(const DatasetHashOptions& o, std::ostream& out, std::ostream&
 }
 
 void AddDatasetsCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostream& err) {
-  if (!CommandWanted("datasets")) return;
-  CLI::App* datasets =
-      app.add_subcommand("datasets", "Datasets and their versions (docs/datasets.md)");
+  CLI::App* datasets = app.add_subcommand("datasets", DaemonCommandAbout("datasets"));
   datasets->require_subcommand(1);
   auto o = std::make_shared<DatasetHashOptions>();
   CLI::App* hash = datasets->add_subcommand(

@@ -1,4 +1,5 @@
-// `trainyard datasets hash DIR`: the version of a directory's content as a dataset
+// `trainyard datasets hash DIR` (a trainyard-daemon command: hashing needs libcrypto,
+// which the client binary does not load): the version of a directory's content as a dataset
 // (data/manifest.h), computed here, in parallel, with no server: what `datasets
 // register` will record. --manifest FILE keeps the manifest, and a FILE from an earlier
 // run makes the next one read only the files whose size or mtime changed.

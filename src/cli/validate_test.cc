@@ -153,7 +153,7 @@ TEST(CliTest, OnlyTheCommandTypedIsBuiltYetHelpAndErrorsSeeAll) {
   EXPECT_EQ(typo.code, kExitUsage);
   EXPECT_THAT(typo.err, HasSubstr("unknown command \"submt\"; did you mean submit?"));
   EXPECT_THAT(typo.err, HasSubstr("Commands: validate sched sim"));
-  EXPECT_THAT(typo.err, HasSubstr(" diagnose fault datasets version"));
+  EXPECT_THAT(typo.err, HasSubstr(" diagnose fault version"));
   for (const char* c : {"jobs", "drain", "runs", "fault", "server", "sim"}) {
     CliRun r = Cli({c, "--help"});
     EXPECT_EQ(r.code, kExitOk) << c << ": " << r.err;

@@ -164,6 +164,11 @@ for _ in $(seq 200); do
   sleep 0.05
 done
 [[ $(cat "$U/server.url") == https://* ]] || fail "up: server.url is not https: $(cat "$U/server.url")"
+# up writes server.url before it prints its banner (after starting its agents): wait for it.
+for _ in $(seq 200); do
+  grep -q "export TRAINYARD_CA_CERT=$C/server.crt" "$WORK/up.log" && break
+  sleep 0.05
+done
 grep -q "export TRAINYARD_CA_CERT=$C/server.crt" "$WORK/up.log" || fail "up: no TRAINYARD_CA_CERT hint"
 fail_extra() {
   cat "$WORK/up.log" >&2

@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -240,7 +241,11 @@ class TrainerTest(unittest.TestCase):
             self.assertEqual(m["grad_norm"], want[step]["grad_norm"] * 100.0, step)
             self.assertGreaterEqual(m["data_wait_s"], 0.02, step)
             self.assertGreaterEqual(m["step_time_s"], m["data_wait_s"], step)
-            self.assertLess(want[step]["data_wait_s"], 0.02, step)
+        # The clean run has no stall: its typical wait is well below the faulty one's (a
+        # median, not each step: on a busy machine one step may wait 20 ms on its own).
+        clean_waits = statistics.median(m["data_wait_s"] for m in want.values())
+        faulty_waits = statistics.median(m["data_wait_s"] for m in got.values())
+        self.assertLess(clean_waits, faulty_waits - 0.01, (clean_waits, faulty_waits))
         # The weights are those of the clean run: clearing the fault leaves no trace.
         [clean_ckpt] = checkpoints(read_records(reference["TRAINYARD_METRICS_FILE"]))
         [faulty_ckpt] = checkpoints(read_records(faulty["TRAINYARD_METRICS_FILE"]))

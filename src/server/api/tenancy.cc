@@ -41,9 +41,10 @@ Result<TenantIdentity> ParseTenantIdentity(std::string_view body) {
   TenantIdentity id;
   auto run_as = j.find("run_as");
   if (run_as == j.end())
-    return InvalidArgument("tenant.run_as: required (\"UID:GID\", or \"\" for the agent's own)");
+    return InvalidArgument(
+        "tenant.run_as: required (\"UID:GID\", or \"\" for none: the agents' --unmapped-run-as)");
   const std::string want = "\"UID:GID\" (decimal ids, 0.." + std::to_string(kMaxUnixId) +
-                           "), or \"\" for the agent's own identity";
+                           "), or \"\" for none (the agents' --unmapped-run-as)";
   if (!run_as->is_string())
     return InvalidArgument("tenant.run_as: must be " + want + ", got " + run_as->dump());
   const std::string text = run_as->get<std::string>();
