@@ -71,7 +71,7 @@ EOF
   T_PASS=$(now)
   touch "$WORK/sick"
   node_is Cordoned "health check failed (periodic): gpu 1" 10
-  "$T" nodes show node-0 | grep -q "health check (periodic.*FAILED: gpu 1" ||
+  [[ $("$T" nodes show node-0) == *"health check (periodic"*"FAILED: gpu 1"* ]] ||
     fail "nodes show: $("$T" nodes show node-0)"
   # An operator's cordon is the operator's: a passing check leaves it.
   rm "$WORK/sick"
@@ -315,17 +315,19 @@ case $SCENARIO in
     [[ $(job_field "$JOB" "all(r['node'] != '$NODE' for r in j['ranks'])") == True ]] ||
       fail "the requeued attempt runs on $NODE again"
     for _ in $(seq 150); do
-      "$T" logs "$JOB" --attempt 1 --rank 0 2>/dev/null | grep -q "resumed from" && break
+      # Read whole, then matched: `logs | grep -q` fails under pipefail when grep exits
+      # on the first match while logs is still writing (SIGPIPE).
+      [[ $("$T" logs "$JOB" --attempt 1 --rank 0 2>/dev/null) == *"resumed from"* ]] && break
       sleep 0.2
     done
-    "$T" logs "$JOB" --attempt 1 --rank 0 | grep -q "resumed from" ||
+    [[ $("$T" logs "$JOB" --attempt 1 --rank 0) == *"resumed from"* ]] ||
       fail "the requeued attempt did not resume from the checkpoint" ;;
   grad-spike)
     for _ in $(seq 50); do
-      "$T" job show "$JOB" | grep -q CheckpointRequested && break
+      [[ $("$T" job show "$JOB") == *CheckpointRequested* ]] && break
       sleep 0.2
     done
-    "$T" job show "$JOB" | grep -q CheckpointRequested || fail "no CheckpointRequested event"
+    [[ $("$T" job show "$JOB") == *CheckpointRequested* ]] || fail "no CheckpointRequested event"
     T_ACTION=$(now) ;;
 esac
 # The webhook got the firing alert.
