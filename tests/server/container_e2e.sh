@@ -17,6 +17,8 @@
 #   7. a tenant with no run_as runs as nobody on these root agents, not as root.
 #
 #   container_e2e.sh TRAINYARD_BINARY
+# Output is matched read whole (grep <<<"$(...)"), never as `cmd | grep -q` (under
+# pipefail, grep's early exit fails a command still writing, with SIGPIPE).
 # Needs root (cgroups, other uids) and runc: CI has both; elsewhere it fails saying which.
 set -euo pipefail
 T=$(realpath "$1")
@@ -94,7 +96,7 @@ EOF
 JOB=$(submit "$WORK/vision.yaml")
 wait_until "$JOB" 'j["state"] == "Running"' 60 "Running"
 for r in 0 1; do
-  for _ in $(seq 100); do "$T" logs "$JOB" --rank "$r" 2>/dev/null | grep -q "^rank $r pid" && break; sleep 0.1; done
+  for _ in $(seq 100); do grep -q "^rank $r pid" <<<"$("$T" logs "$JOB" --rank "$r" 2>/dev/null)" && break; sleep 0.1; done
   line=$("$T" logs "$JOB" --rank "$r" | grep "^rank $r pid") || fail "rank $r printed nothing: $("$T" logs "$JOB" --rank "$r")"
   [[ $line == *"uid 2001 "* ]] || fail "rank $r does not run as 2001: $line"
   # Its 2 GPUs, and of the host's GPU device nodes (none with simulated GPUs) theirs only.
@@ -124,7 +126,7 @@ done
 runs=$("$T" runs show "$JOB" -o json)
 py 'import json,sys; r = json.loads(sys.argv[1]); assert r["image"] == sys.argv[2] and r["image_digest"] == sys.argv[3], (r.get("image"), r.get("image_digest"))' \
   "$runs" "$IMAGE" "$DIGEST" || fail "runs show: image/digest not recorded"
-"$T" job show "$JOB" | grep -q "$DIGEST" || fail "job show names no digest: $("$T" job show "$JOB")"
+grep -q "$DIGEST" <<<"$("$T" job show "$JOB")" || fail "job show names no digest: $("$T" job show "$JOB")"
 
 # --- 2. preempted in the container, resumed from its checkpoint -----------------------
 for _ in $(seq 100); do
@@ -142,10 +144,10 @@ wait_until "$URGENT" 'j["state"] == "Succeeded"' 60 "the urgent job"
 wait_until "$JOB" 'len(j["attempts"]) >= 2 and j["state"] == "Running"' 60 "the second attempt"
 [[ $(job_field "$JOB" 'j["attempts"][0]["exit_reason"]') == preempted ]] ||
   fail "attempt 0 ended as $(job_field "$JOB" 'j["attempts"][0]["exit_reason"]'), want preempted"
-"$T" logs "$JOB" --attempt 0 --rank 0 | grep -q "notice at step [0-9]*: saved, exiting 75" ||
+grep -q "notice at step [0-9]*: saved, exiting 75" <<<"$("$T" logs "$JOB" --attempt 0 --rank 0)" ||
   fail "no notice inside the container: $("$T" logs "$JOB" --attempt 0 --rank 0 | tail -3)"
-for _ in $(seq 100); do "$T" logs "$JOB" --rank 0 2>/dev/null | grep -q "resumed from step" && break; sleep 0.1; done
-"$T" logs "$JOB" --rank 0 | grep -q "resumed from step [1-9]" ||
+for _ in $(seq 100); do grep -q "resumed from step" <<<"$("$T" logs "$JOB" --rank 0 2>/dev/null)" && break; sleep 0.1; done
+grep -q "resumed from step [1-9]" <<<"$("$T" logs "$JOB" --rank 0)" ||
   fail "attempt 1 did not resume: $("$T" logs "$JOB" --rank 0 | head -3)"
 CKPT=$(job_field "$JOB" 'j["checkpoint"]["path"]')
 
@@ -159,13 +161,13 @@ EOF
 PEEK=$(submit "$WORK/peek.yaml")
 wait_until "$PEEK" 'j["state"] in ("Failed", "Succeeded")' 30 "the peek job"
 [[ $(state "$PEEK") == Failed ]] || fail "tenant nlp read vision's checkpoint: $("$T" logs "$PEEK")"
-"$T" logs "$PEEK" | grep -q "Permission denied" || fail "peek: $("$T" logs "$PEEK")"
-"$T" logs "$PEEK" | grep -qx 2002 || fail "peek did not run as 2002: $("$T" logs "$PEEK")"
+grep -q "Permission denied" <<<"$("$T" logs "$PEEK")" || fail "peek: $("$T" logs "$PEEK")"
+grep -qx 2002 <<<"$("$T" logs "$PEEK")" || fail "peek did not run as 2002: $("$T" logs "$PEEK")"
 sed -i "s|^resources:|image: $IMAGE\nresources:|" "$WORK/peek.yaml"
 PEEK=$(submit "$WORK/peek.yaml")
 wait_until "$PEEK" 'j["state"] in ("Failed", "Succeeded")' 30 "the peek job in a container"
 [[ $(state "$PEEK") == Failed ]] || fail "a container of nlp read vision's checkpoint"
-"$T" logs "$PEEK" | grep -q "No such file or directory" || fail "peek in a container: $("$T" logs "$PEEK")"
+grep -q "No such file or directory" <<<"$("$T" logs "$PEEK")" || fail "peek in a container: $("$T" logs "$PEEK")"
 "$T" cancel "$JOB" >/dev/null
 
 # --- 4. out of memory in a container ----------------------------------------------------
@@ -180,7 +182,7 @@ OOM=$(submit "$WORK/oom.yaml")
 wait_until "$OOM" 'j["state"] == "Failed"' 60 "the OOM kill"
 msg=$(job_field "$OOM" 'j["attempts"][0].get("message", "")')
 [[ $msg == *"OOMKilled: memory limit 48Mi"* ]] || fail "hog: attempt message '$msg'"
-"$T" jobs --all | grep "^ *$OOM " | grep -q OOMKilled || fail "jobs does not say OOMKilled: $("$T" jobs --all)"
+grep "^ *$OOM " <<<"$("$T" jobs --all)" | grep -q OOMKilled || fail "jobs does not say OOMKilled: $("$T" jobs --all)"
 
 # --- 5. an image no node has -------------------------------------------------------------
 cat >"$WORK/missing.yaml" <<EOF
