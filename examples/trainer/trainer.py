@@ -4,7 +4,8 @@
 It fits a one-hidden-layer MLP to a fixed random "teacher" network with SGD, a linear
 warmup and a cosine learning-rate decay, and does everything a Trainyard job should:
 
-- logs loss, grad_norm, lr, step_time_s, tokens_per_s every step through the SDK;
+- logs loss, grad_norm, lr, step_time_s, tokens_per_s every step through the SDK, and
+  data_wait_s through trainyard.timed() around its data loader;
 - checkpoints every --checkpoint-every steps and at the end (two-phase: the loop only
   pays for the in-memory snapshot);
 - on a preemption notice (SIGUSR1 or TRAINYARD_PREEMPT_FILE), saves a checkpoint,
@@ -40,6 +41,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 try:
@@ -127,6 +129,18 @@ def shard(seed: int, step: int, rank: int, size: int,
         x = [rng.uniform(-1.0, 1.0) for _ in range(INPUTS)]
         batch.append((x, teacher.forward(x)[0] + rng.gauss(0.0, NOISE)))
     return batch
+
+
+def global_batches(args: argparse.Namespace, teacher: Model, world: int, first_step: int
+                   ) -> Iterator[tuple[int, list[list[tuple[list[float], float]]]]]:
+    """(step, [shard of rank 0, shard of rank 1, ...]) for each step from `first_step`
+    to --steps: the trainer's data loader. An injected data stall (data_stall_s) makes
+    each batch that much later, as a starved input pipeline would."""
+    for step in range(first_step, args.steps + 1):
+        stall = trainyard.faults()["data_stall_s"]
+        if stall > 0:
+            time.sleep(stall)
+        yield step, [shard(args.seed, step, r, args.batch_size, teacher) for r in range(world)]
 
 
 def loss_and_gradients(model: Model, batch: list[tuple[list[float], float]]
@@ -246,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
               f"with {trainyard.EXIT_PREEMPTED}", flush=True)
         return trainyard.EXIT_PREEMPTED
 
-    for step in range(start + 1, args.steps + 1):
+    # Each step's record gets the wait for its batch as data_wait_s (trainyard.timed).
+    data = trainyard.timed(global_batches(args, teacher, world, start + 1))
+    for step, batches in data:
         if step == args.fail_at_step:
             raise RuntimeError(f"simulated failure at step {step} (--fail-at-step)")
         effects = trainyard.faults()
@@ -259,14 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(HANG_POLL_S)
                 effects = trainyard.faults()
             print(f"rank {rank}: no longer hung", flush=True)
-        t0 = time.perf_counter()
-        lr = learning_rate(step, args)
-        # "Fetching the batch": a starved input pipeline makes the GPUs wait here.
-        if effects["data_stall_s"] > 0:
-            time.sleep(effects["data_stall_s"])
-        batches = [shard(args.seed, step, r, args.batch_size, teacher) for r in range(world)]
-        data_wait = time.perf_counter() - t0
         t_compute = time.perf_counter()
+        lr = learning_rate(step, args)
         # Every rank computes every shard's gradient: a simulated all-reduce.
         results = [loss_and_gradients(model, batch) for batch in batches]
         loss = sum(l for l, _ in results) / world
@@ -278,12 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         extra = (slow - 1.0) * (time.perf_counter() - t_compute) if slow > 1.0 else 0.0
         if args.step_time > 0 or extra > 0:
             time.sleep(args.step_time * slow + extra)
-        step_time = time.perf_counter() - t0
+        # The step: waiting for its batch, then the work.
+        step_time = data.last_wait_s + (time.perf_counter() - t_compute)
         # Injected training faults change what is logged, never the model.
         logged_loss = float("nan") if effects["loss_nan"] else loss
         logged_grad_norm = grad_norm * GRAD_SPIKE_FACTOR if effects["grad_spike"] else grad_norm
         trainyard.log(step=step, loss=logged_loss, grad_norm=logged_grad_norm, lr=lr,
-                      step_time_s=step_time, data_wait_s=data_wait,
+                      step_time_s=step_time,
                       tokens_per_s=args.batch_size * args.tokens_per_sample / step_time)
         print(f"rank {rank} step {step}/{args.steps} loss {logged_loss:.6f} lr {lr:.5f} "
               f"grad_norm {logged_grad_norm:.4f}", flush=True)
@@ -300,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         save(args.steps)
     checkpointer.wait()
     trainyard.flush()
-    print(f"rank {rank}: done, {args.steps} steps", flush=True)
+    print(f"rank {rank}: done, {args.steps} steps; {data.wait_fraction:.1%} of the time "
+          f"waiting for data", flush=True)
     return 0
 
 

@@ -26,6 +26,10 @@ When Trainyard asks for a profile (`trainyard profile JOB`), the default logger 
 the next steps by itself, with torch.profiler if the job imported torch, else with its
 own step spans; see profiler.py and profile_requested().
 
+timed(loader) wraps a DataLoader (or any iterable) so that each step's wait for its
+batch is added as data_wait_s to the script's own log(step=...) record; see
+data_timing.py.
+
 faults() says what injected faults (docs/faults.md) ask of this rank's training loop,
 and checkpoint_requested() whether Trainyard asked for a checkpoint now; see faults.py.
 
@@ -44,22 +48,23 @@ from typing import Union
 
 from . import environment as _environment
 from .checkpoint import Checkpointer, CheckpointError, read_checkpoint
+from .data_timing import TimedLoader, timed
 from .environment import environment_params
 from .faults import CheckpointRequestWatcher, FaultWatcher
-from .logger import FileSink, MetricsLogger, MetricsSink, NullSink, sink_from_env
+from .logger import FileSink, MetricSource, MetricsLogger, MetricsSink, NullSink, sink_from_env
 from .preemption import EXIT_PREEMPTED, PreemptionWatcher, notice_signal_from_env
 from .profiler import Profiler, profiler_from_env
 from .records import parse_line
 
 __all__ = [
     "EXIT_PREEMPTED", "Checkpointer", "CheckpointError", "FileSink", "HttpSink",
-    "MetricsLogger", "MetricsSink", "NullSink", "PreemptionWatcher", "checkpoint_dir",
-    "CheckpointRequestWatcher", "checkpoint_requested", "checkpoint_saved", "configure",
+    "MetricSource", "MetricsLogger", "MetricsSink", "NullSink", "PreemptionWatcher",
+    "checkpoint_dir", "CheckpointRequestWatcher", "checkpoint_requested", "checkpoint_saved", "configure",
     "default_logger", "environment_params", "faults", "FaultWatcher", "flush",
     "install_preemption_handler", "local_rank", "local_world_size", "log",
     "log_environment", "log_metrics", "log_params", "parse_line", "preemption_notice",
     "preemption_requested", "Profiler", "profile_requested", "rank", "read_checkpoint",
-    "resume_from", "world_size",
+    "resume_from", "timed", "TimedLoader", "world_size",
 ]
 
 __version__ = "0.1.0"

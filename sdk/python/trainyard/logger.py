@@ -23,6 +23,10 @@ TRAINYARD_PROFILE_FILE is set) hands it every log call's step and metrics and ev
 checkpoint, lets its background thread look for profile requests (at most every
 0.5 s), and writes the profiler's "profile" records like any other, promptly.
 
+Metric sources: objects added with add_metric_source (data_timing.TimedLoader, which
+adds data_wait_s) are asked for metrics to add to each metrics record, in the caller's
+thread; a key the record already has is left as the caller logged it.
+
 Backpressure: if the sink stalls (a hung network file system, a full disk) the buffer
 grows to `max_buffered_lines`; beyond that the oldest lines are dropped and counted
 (`dropped_lines`), with one warning on stderr. Losing old metrics is better than
@@ -71,6 +75,21 @@ class MetricsSink(Protocol):
 
     def close(self) -> None:
         """Releases resources; write_lines may not be called afterwards."""
+
+
+class MetricSource(Protocol):
+    """Adds metrics of its own to the records a job logs (TimedLoader adds data_wait_s).
+
+    Held by the logger through a weak reference: a source that is no longer used goes
+    away by itself.
+    """
+
+    def take_metrics(self, step: int, previous_step: int | None
+                     ) -> Mapping[str, float] | None:
+        """Returns the metrics to add to the record at `step`, or None. `previous_step`
+        is the step of the metrics record logged before it (None for the first). What
+        it returns is no longer pending, whether or not the record had the key already.
+        Called from log(), in the caller's thread: must be quick and must not log."""
 
 
 class NullSink:
@@ -183,6 +202,10 @@ class MetricsLogger:
         if profiler is not None:
             profiler.attach(self._append_profile_record)
 
+        # Replaced whole (under _buffer_lock), so log() reads it without the lock.
+        self._metric_sources: tuple[weakref.ref[MetricSource], ...] = ()
+        self._last_step: int | None = None  # of the latest metrics record
+
         self._register_atexit = register_atexit
         if register_atexit:
             atexit.register(self._close_at_exit)
@@ -197,13 +220,44 @@ class MetricsLogger:
     def log_metrics(self, step: int, metrics: Mapping[str, object]) -> None:
         """Like log(), with the metrics as a mapping (for keys such as "eval/loss")."""
         record = records.metrics_record(step, self._clock_ms(), metrics)
-        self._append(records.encode_line(record), len(metrics))
+        previous_step, self._last_step = self._last_step, record["step"]
+        if self._metric_sources:
+            self._add_source_metrics(record["step"], previous_step, record["metrics"])
+        self._append(records.encode_line(record), len(record["metrics"]))
         if self._profiler is not None:
             try:
                 self._profiler.on_step(record["step"], record["metrics"])
             except Exception as e:  # a profiler bug must not reach the training loop
                 print(f"trainyard: profiler: {type(e).__name__}: {e}", file=sys.stderr,
                       flush=True)
+
+    def _add_source_metrics(self, step: int, previous_step: int | None,
+                            values: dict[str, object]) -> None:
+        """Adds the metric sources' metrics to a record's validated `values`; a key it
+        already has keeps its value."""
+        for ref in self._metric_sources:
+            source = ref()
+            extra = source.take_metrics(step, previous_step) if source is not None else None
+            if not extra:
+                continue
+            for key, value in extra.items():
+                if key not in values:
+                    values[records.check_key(key, "metric")] = records.encode_number(key, value)
+
+    def add_metric_source(self, source: MetricSource) -> None:
+        """Asks `source` for metrics to add to every metrics record from now on (once,
+        however often it is added). Held weakly."""
+        with self._buffer_lock:
+            live = tuple(r for r in self._metric_sources if r() is not None)
+            if not any(r() is source for r in live):
+                live += (weakref.ref(source),)
+            self._metric_sources = live
+
+    def remove_metric_source(self, source: MetricSource) -> None:
+        """Stops asking `source`; nothing happens if it was not added."""
+        with self._buffer_lock:
+            self._metric_sources = tuple(r for r in self._metric_sources
+                                         if r() is not None and r() is not source)
 
     def log_params(self, params: Mapping[str, object]) -> None:
         """Records hyperparameters (scalars; nested dicts become dotted keys)."""
