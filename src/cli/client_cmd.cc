@@ -865,14 +865,18 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
         return;
       }
       std::vector<std::vector<std::string>> rows = {
-          {"NAME", "TENANT", "ROLE", "PRIORITY-CLASSES", "CREATED-BY"}};
+          {"NAME", "TENANT", "ROLE", "PRIORITY-CLASSES", "RUN-AS", "CREATED-BY"}};
       for (const auto& u : list) {
         std::string classes;
         for (const auto& pc : u["priority_classes"]) {
           classes += (classes.empty() ? "" : ",") + pc.get<std::string>();
         }
-        rows.push_back(
-            {Str(u, "name"), Str(u, "tenant"), Str(u, "role"), classes, Str(u, "created_by")});
+        // A user without its own identity runs as its tenant's.
+        const std::string run_as = u.contains("run_as") && u["run_as"].is_string()
+                                       ? u["run_as"].get<std::string>()
+                                       : std::string("tenant's");
+        rows.push_back({Str(u, "name"), Str(u, "tenant"), Str(u, "role"), classes, run_as,
+                        Str(u, "created_by")});
       }
       Table(out, rows);
     };
@@ -886,7 +890,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     });
     struct F {
       Common c;
-      std::string name, tenant, role;
+      std::string name, tenant, role, run_as;
       std::vector<std::string> classes;
     };
     auto cf = std::make_shared<F>();
@@ -914,14 +918,19 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
     auto uf = std::make_shared<F>();
     CLI::App* update = users->add_subcommand(
         "update",
-        "Change a user's role or granted priority classes [tenant-admin; grants: cluster-admin]");
+        "Change a user's role, granted priority classes or Unix identity [tenant-admin; grants "
+        "and identities: cluster-admin]");
     AddCommon(update, uf->c, true);
     update->add_option("name", uf->name, "User name")->required();
     update->add_option("--role", uf->role, "viewer, member, tenant-admin or cluster-admin");
     auto* grant = update->add_option("--priority-class", uf->classes,
                                      "The priority classes granted, replacing the list "
                                      "(repeatable; pass \"\" for none; cluster-admin)");
-    update->callback([uf, grant, print_users, &exit_code, &err] {
+    auto* run_as = update->add_option(
+        "--run-as", uf->run_as,
+        "The Unix identity UID:GID this user's jobs run as from now on, in place of its "
+        "tenant's (\"\": the tenant's again; never root; cluster-admin)");
+    update->callback([uf, grant, run_as, print_users, &exit_code, &err] {
       exit_code = WithApi(uf->c, err, "users update", [&](Api& api) -> std::optional<Failure> {
         json body = json::object();
         if (!uf->role.empty()) body["role"] = uf->role;
@@ -932,6 +941,7 @@ void AddClientCommands(CLI::App& app, int& exit_code, std::ostream& out, std::os
           }
           body["priority_classes"] = classes;
         }
+        if (run_as->count() > 0) body["run_as"] = uf->run_as;
         TY_CALL(res,
                 api.Call("PATCH", "/api/v1/users/" + http::EncodeComponent(uf->name), body.dump()));
         print_users(uf->c, json::array({res}));

@@ -4,6 +4,7 @@
 
 #include "core/names.h"
 #include "core/sha256.h"
+#include "core/tenancy.h"
 
 namespace trainyard {
 namespace {
@@ -75,6 +76,14 @@ Status ValidateUser(const User& u) {
   }
   for (const std::string& pc : u.priority_classes) {
     if (Status s = ValidateName("priority class", pc); !s.ok()) return s;
+  }
+  const std::string field = "user " + u.name + ": run_as";
+  TY_RETURN_IF_ERROR(ValidateUnixIds(field, u.run_as_uid, u.run_as_gid));
+  if (u.run_as_uid == 0 || u.run_as_gid == 0) {
+    return InvalidArgument(field + ": " + std::to_string(u.run_as_uid) + ":" +
+                           std::to_string(u.run_as_gid) +
+                           " is root's; a user may not run as root (only a tenant may, where a "
+                           "cluster admin allowed it: tenants update --allow-root)");
   }
   if (u.created_by.size() > 128) {
     return InvalidArgument("user " + u.name + ": created_by: at most 128 bytes");

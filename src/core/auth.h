@@ -47,6 +47,11 @@ struct User {
   std::vector<std::string> priority_classes;
   Timestamp created{};
   std::string created_by;  // "user:alice", "bootstrap"
+  // The Unix identity this user's jobs run as on the nodes, in place of its tenant's
+  // run_as (docs/execution.md); -1: its tenant's. Never root's: only a tenant's
+  // identity may be root, and only where a cluster admin allowed it.
+  int64_t run_as_uid = -1;
+  int64_t run_as_gid = -1;
 
   bool operator==(const User&) const = default;
 };
@@ -123,6 +128,8 @@ struct Principal {
   Role role = Role::kViewer;
   std::vector<std::string> priority_classes;
   std::string token_id;
+  int64_t run_as_uid = -1;  // the user's own identity (User::run_as_uid), -1: none
+  int64_t run_as_gid = -1;
 
   std::string Actor() const { return "user:" + user; }
 };

@@ -51,6 +51,19 @@ TEST(AuthTest, UserValidation) {
   bad = u;
   bad.priority_classes = {"p0", "Not A Name"};
   EXPECT_FALSE(ValidateUser(bad).ok());
+
+  // A user's own identity: both ids or none, in range, never root's.
+  User mapped = u;
+  mapped.run_as_uid = 3001;
+  mapped.run_as_gid = 3001;
+  EXPECT_TRUE(ValidateUser(mapped).ok());
+  bad = mapped;
+  bad.run_as_gid = -1;
+  EXPECT_NE(ValidateUser(bad).message().find("user alice: run_as: must be UID:GID"),
+            std::string::npos);
+  bad = mapped;
+  bad.run_as_uid = 0;
+  EXPECT_NE(ValidateUser(bad).message().find("0:3001 is root's"), std::string::npos);
 }
 
 TEST(AuthTest, TokenTextParsesAndNeverEchoesWhatWasGiven) {

@@ -368,6 +368,11 @@ Result<Job> JobFromJsonOrThrow(const json& v) {
   TY_RETURN_IF_ERROR(r.Int32("retries", job.retries));
   TY_RETURN_IF_ERROR(r.StringList("excluded_nodes", job.excluded_nodes));
   TY_RETURN_IF_ERROR(r.Bool("held", job.held));
+  // Jobs stored before users had identities run as their tenant's.
+  if (r.OptionalField("run_as_uid") != nullptr) {
+    TY_RETURN_IF_ERROR(r.Int64("run_as_uid", job.run_as_uid));
+    TY_RETURN_IF_ERROR(r.Int64("run_as_gid", job.run_as_gid));
+  }
   return job;
 }
 
@@ -469,6 +474,11 @@ Result<User> UserFromJsonOrThrow(const json& v) {
   TY_RETURN_IF_ERROR(r.StringList("priority_classes", u.priority_classes));
   TY_RETURN_IF_ERROR(r.TimeMs("created_ms", u.created));
   TY_RETURN_IF_ERROR(r.String("created_by", u.created_by));
+  // Users stored before users had identities have none.
+  if (r.OptionalField("run_as_uid") != nullptr) {
+    TY_RETURN_IF_ERROR(r.Int64("run_as_uid", u.run_as_uid));
+    TY_RETURN_IF_ERROR(r.Int64("run_as_gid", u.run_as_gid));
+  }
   return u;
 }
 
@@ -529,6 +539,10 @@ ojson ToJson(const Job& job) {
   j["retries"] = job.retries;
   j["excluded_nodes"] = job.excluded_nodes;
   j["held"] = job.held;
+  if (job.run_as_uid >= 0) {
+    j["run_as_uid"] = job.run_as_uid;
+    j["run_as_gid"] = job.run_as_gid;
+  }
   return j;
 }
 
@@ -600,6 +614,10 @@ ojson ToJson(const User& user) {
   j["priority_classes"] = user.priority_classes;
   j["created_ms"] = Millis(user.created);
   j["created_by"] = user.created_by;
+  if (user.run_as_uid >= 0) {
+    j["run_as_uid"] = user.run_as_uid;
+    j["run_as_gid"] = user.run_as_gid;
+  }
   return j;
 }
 

@@ -107,6 +107,10 @@ struct Job {
   int32_t retries = 0;                       // failed attempts that were retried
   std::vector<std::string> excluded_nodes;   // nodes this job must not use again
   bool held = false;                         // Pending but not to be scheduled
+  // The submitting user's own Unix identity when it has one (User::run_as_uid, taken
+  // at submission); -1: the ranks run as the tenant's run_as.
+  int64_t run_as_uid = -1;
+  int64_t run_as_gid = -1;
 
   bool operator==(const Job&) const = default;
 

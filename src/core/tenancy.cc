@@ -31,14 +31,21 @@ bool ParseUnixIds(std::string_view text, int64_t& uid, int64_t& gid) {
          number(text.substr(colon + 1), gid);
 }
 
+Status ValidateUnixIds(std::string_view field, int64_t uid, int64_t gid) {
+  const bool unset = uid == -1 && gid == -1;
+  const auto in_range = [](int64_t id) { return id >= 0 && id <= kMaxUnixId; };
+  if (!unset && !(in_range(uid) && in_range(gid))) {
+    return InvalidArgument(std::string(field) + ": must be UID:GID, each 0.." +
+                           std::to_string(kMaxUnixId) + ", got " + std::to_string(uid) + ":" +
+                           std::to_string(gid));
+  }
+  return Status::Ok();
+}
+
 Status ValidateRunAs(const Tenant& t) {
   const std::string run_as = std::to_string(t.run_as_uid) + ":" + std::to_string(t.run_as_gid);
   const bool unset = t.run_as_uid == -1 && t.run_as_gid == -1;
-  const auto in_range = [](int64_t id) { return id >= 0 && id <= kMaxUnixId; };
-  if (!unset && !(in_range(t.run_as_uid) && in_range(t.run_as_gid))) {
-    return InvalidArgument("tenant.run_as: must be UID:GID, each 0.." + std::to_string(kMaxUnixId) +
-                           ", got " + run_as);
-  }
+  TY_RETURN_IF_ERROR(ValidateUnixIds("tenant.run_as", t.run_as_uid, t.run_as_gid));
   if (!unset && (t.run_as_uid == 0 || t.run_as_gid == 0) && !t.allow_root) {
     return InvalidArgument("tenant.run_as: " + run_as +
                            " is root's; a cluster admin must allow root for tenant " + t.name +

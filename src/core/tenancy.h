@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -45,6 +46,10 @@ inline constexpr int64_t kMaxUnixId = 2'147'483'646;
 // tenant.run_as: both unset (-1) or both in 0..kMaxUnixId; root's ids only with
 // allow_root. InvalidArgument naming the field and value.
 Status ValidateRunAs(const Tenant& t);
+
+// `field`'s uid and gid: both unset (-1) or both in 0..kMaxUnixId. InvalidArgument
+// naming the field and value otherwise. (Root is each caller's own rule.)
+Status ValidateUnixIds(std::string_view field, int64_t uid, int64_t gid);
 
 // "UID:GID", decimal, each 0..kMaxUnixId; false for anything else.
 bool ParseUnixIds(std::string_view text, int64_t& uid, int64_t& gid);

@@ -439,8 +439,12 @@ protocol::TaskStart BuildStart(const ClusterState& state, const JobEntry& e, con
             std::to_string(r.replica);
   t.milli_cpus = job.spec.resources.milli_cpus;
   t.memory_bytes = job.spec.resources.memory_bytes;
-  if (auto tenant = state.tenants.find(job.spec.tenant);
-      tenant != state.tenants.end() && tenant->second.run_as_uid >= 0) {
+  // The submitting user's own identity, else the tenant's (docs/execution.md).
+  if (job.run_as_uid >= 0) {
+    t.uid = job.run_as_uid;
+    t.gid = job.run_as_gid;
+  } else if (auto tenant = state.tenants.find(job.spec.tenant);
+             tenant != state.tenants.end() && tenant->second.run_as_uid >= 0) {
     t.uid = tenant->second.run_as_uid;
     t.gid = tenant->second.run_as_gid;
   }

@@ -84,6 +84,10 @@ struct SubmitJobs {
   std::vector<JobSpec> specs;
   JobId first_id = 0;
   std::string actor;
+  // The submitting user's own Unix identity (User::run_as_uid), recorded on each job;
+  // -1: the jobs run as their tenant's.
+  int64_t run_as_uid = -1;
+  int64_t run_as_gid = -1;
   // Whether queues (and tenants) the specs name may be created (when the options'
   // auto_create_queues allows it at all).
   bool may_create_queues = true;

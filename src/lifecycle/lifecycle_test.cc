@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <utility>
+
 #include "core/job_spec.h"
 #include "sched/schedule.h"
 
@@ -209,6 +212,35 @@ TEST_F(LifecycleTest, StartsCarryTheReplicasLimitsAndTheTenantsIdentity) {
   auto ghost = Apply(state_, SetTenantIdentity{"ghost", 1, 1, std::nullopt, "a"}, now_);
   ASSERT_FALSE(ghost.ok());
   EXPECT_EQ(ghost.status().code(), StatusCode::kNotFound);
+}
+
+// A user's own identity, recorded on its jobs at submission, wins over its tenant's.
+TEST_F(LifecycleTest, AJobSubmittedByAUserWithAnIdentityRunsAsThatUser) {
+  Must(AgentRegistered{Agent("node-0", 4)});
+  Must(EnsureTenant{"vision", "admin"});
+  Must(SetTenantIdentity{"vision", 2001, 2001, std::nullopt, "admin"});
+  JobSpec spec = Gang(1, 1);
+  spec.tenant = "vision";
+  SubmitJobs s;
+  s.specs = {spec, spec};
+  s.first_id = next_id_;
+  next_id_ += 2;
+  s.actor = "user:carol";
+  s.run_as_uid = 3001;
+  s.run_as_gid = 3002;
+  Effects fx = Must(s);
+  ASSERT_EQ(fx.ids.size(), 2u);
+  EXPECT_EQ(state_.jobs.at(fx.ids[1]).job.run_as_uid, 3001);
+  // One by the tenant's other users: the tenant's.
+  const JobId other = Submit(spec);
+  Pass();
+  auto c = Take("node-0");
+  ASSERT_EQ(c.size(), 3u);
+  std::map<JobId, std::pair<int64_t, int64_t>> ids;
+  for (const auto& cmd : c) ids[cmd.start.job_id] = {cmd.start.uid, cmd.start.gid};
+  EXPECT_EQ(ids[fx.ids[0]], std::make_pair(int64_t{3001}, int64_t{3002}));
+  EXPECT_EQ(ids[fx.ids[1]], std::make_pair(int64_t{3001}, int64_t{3002}));
+  EXPECT_EQ(ids[other], std::make_pair(int64_t{2001}, int64_t{2001}));
 }
 
 TEST_F(LifecycleTest, RefusalsChangeNothing) {

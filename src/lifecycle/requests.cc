@@ -115,6 +115,8 @@ Status ApplySubmit(Ctx& c, const SubmitJobs& ev) {
     job.submit_time = c.now;
     job.state_time = c.now;
     job.submitted_by = ev.actor;
+    job.run_as_uid = ev.run_as_uid;
+    job.run_as_gid = ev.run_as_gid;
     c.PutJob(job);
     if (c.record()) {
       c.AppendEvent(job.id, ev.actor, "Submitted",

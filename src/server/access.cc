@@ -1,5 +1,7 @@
 #include "server/access.h"
 
+#include <tuple>
+
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -72,6 +74,8 @@ Result<Principal> AccessControl::Authenticate(std::string_view authorization) {
   p.role = u->second.role;
   p.priority_classes = u->second.priority_classes;
   p.token_id = parts.id;
+  p.run_as_uid = u->second.run_as_uid;
+  p.run_as_gid = u->second.run_as_gid;
   return p;
 }
 
@@ -202,19 +206,24 @@ Result<User> AccessControl::CreateUser(const Principal& caller, User user) {
 }
 
 Result<User> AccessControl::UpdateUser(const Principal& caller, const std::string& name,
-                                       std::optional<Role> role,
-                                       std::optional<std::vector<std::string>> priority_classes) {
+                                       const UserChange& change) {
   std::lock_guard lk(mu_);
   auto it = users_.find(name);
   if (it == users_.end()) return NotFound("no user " + QuoteForMessage(name));
   TY_RETURN_IF_ERROR(AuthorizeUserChange(caller, it->second));
   User updated = it->second;
-  if (role) updated.role = *role;
-  if (priority_classes) {
+  if (change.role) updated.role = *change.role;
+  if (change.priority_classes) {
     if (caller.role != Role::kClusterAdmin) {
       return PermissionDenied("priority_classes: only a cluster-admin grants priority classes");
     }
-    updated.priority_classes = *priority_classes;
+    updated.priority_classes = *change.priority_classes;
+  }
+  if (change.run_as) {
+    if (caller.role != Role::kClusterAdmin) {
+      return PermissionDenied("run_as: only a cluster-admin maps users to Unix identities");
+    }
+    std::tie(updated.run_as_uid, updated.run_as_gid) = *change.run_as;
   }
   if (updated.role != Role::kClusterAdmin) TY_RETURN_IF_ERROR(KeepLastAdminLocked(it->second));
   if (updated.role == Role::kClusterAdmin) updated.tenant.clear();

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/auth.h"
@@ -28,6 +29,14 @@
 #include "store/store.h"
 
 namespace trainyard::server {
+
+// What PATCH /users/{name} changes; nullopt: left as it is.
+struct UserChange {
+  std::optional<Role> role;
+  std::optional<std::vector<std::string>> priority_classes;
+  // {uid, gid}, or {-1, -1}: back to the tenant's identity.
+  std::optional<std::pair<int64_t, int64_t>> run_as;
+};
 
 struct AccessOptions {
   bool insecure_local = false;
@@ -68,10 +77,10 @@ class AccessControl {
   Result<User> GetUser(const Principal& caller, const std::string& name);
   // The user's tenant must exist (the API creates it first for a cluster admin).
   Result<User> CreateUser(const Principal& caller, User user);
-  // Replaces role and priority classes of an existing user.
+  // Replaces what `change` sets of an existing user. Priority classes and the Unix
+  // identity only a cluster admin grants.
   Result<User> UpdateUser(const Principal& caller, const std::string& name,
-                          std::optional<Role> role,
-                          std::optional<std::vector<std::string>> priority_classes);
+                          const UserChange& change);
   Status DeleteUser(const Principal& caller, const std::string& name);
 
   // --- tokens ------------------------------------------------------------------------

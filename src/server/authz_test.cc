@@ -681,12 +681,59 @@ TEST_F(AuthzTest, MembersSubmitToTheirTenantAndOnlyGrantedPriorityClasses) {
 
   Principal admin = admin_;
   ASSERT_TRUE(
-      access_->UpdateUser(admin, "vision-member", std::nullopt, std::vector<std::string>{"p0"})
+      access_->UpdateUser(admin, "vision-member",
+                          UserChange{.priority_classes = std::vector<std::string>{"p0"}})
           .ok());
   EXPECT_EQ(Call("POST", tokens_["vision-member"],
                  {"/api/v1/jobs", R"({"name": "a", "command": ["x"], "priority": "p0"})"}, &body),
             201)
       << body;
+}
+
+TEST_F(AuthzTest, AUsersOwnIdentityIsAClusterAdminsToSetAndGoesWithItsJobs) {
+  std::string body;
+  const Request set{"/api/v1/users/vision-member", R"({"run_as": "3001:3002"})"};
+  // A tenant admin manages its users, but not which Unix identity they run as.
+  EXPECT_EQ(Call("PATCH", tokens_["vision-admin"], set, &body), 403);
+  EXPECT_THAT(Error(body), HasSubstr("only a cluster-admin maps users to Unix identities"));
+  // Bad identities name the field and value.
+  EXPECT_EQ(Call("PATCH", tokens_["admin"],
+                 {"/api/v1/users/vision-member", R"({"run_as": "3001"})"}, &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("user.run_as: must be \"UID:GID\""));
+  EXPECT_THAT(Error(body), HasSubstr("got \"3001\""));
+  EXPECT_EQ(Call("PATCH", tokens_["admin"],
+                 {"/api/v1/users/vision-member", R"({"run_as": "0:0"})"}, &body),
+            400);
+  EXPECT_THAT(Error(body), HasSubstr("a user may not run as root"));
+
+  ASSERT_EQ(Call("PATCH", tokens_["admin"], set, &body), 200) << body;
+  EXPECT_EQ(json::parse(body)["run_as"], "3001:3002");
+  ASSERT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "a", "command": ["x"]})"}, &body),
+            201)
+      << body;
+  auto job = cluster_->GetJob(json::parse(body)["id"].get<int64_t>());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job.run_as_uid, 3001);
+  EXPECT_EQ(job->job.run_as_gid, 3002);
+  // Kept by the store (what a restarted server reads back).
+  auto stored = store_.GetJob(job->job.id);
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->run_as_uid, 3001);
+
+  // "" hands the user back to its tenant's identity; its next jobs carry none.
+  ASSERT_EQ(Call("PATCH", tokens_["admin"],
+                 {"/api/v1/users/vision-member", R"({"run_as": ""})"}, &body),
+            200)
+      << body;
+  EXPECT_TRUE(json::parse(body)["run_as"].is_null());
+  ASSERT_EQ(Call("POST", tokens_["vision-member"],
+                 {"/api/v1/jobs", R"({"name": "b", "command": ["x"]})"}, &body),
+            201);
+  job = cluster_->GetJob(json::parse(body)["id"].get<int64_t>());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job.run_as_uid, -1);
 }
 
 TEST_F(AuthzTest, ListingsShowOnlyTheCallersTenant) {

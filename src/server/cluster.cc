@@ -242,6 +242,8 @@ Result<std::vector<JobId>> Cluster::Impl::Submit(std::vector<JobSpec> specs,
   ev.actor = actor;
   ev.may_create_queues = options.may_create_queues;
   ev.audit = std::move(options.audit);
+  ev.run_as_uid = options.run_as_uid;
+  ev.run_as_gid = options.run_as_gid;
   for (;;) {
     {
       // Ids come from a block reserved ahead of time; refilling it is store I/O, done

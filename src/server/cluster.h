@@ -176,6 +176,9 @@ struct SubmitOptions {
   // audited submission costs one commit, not two. Not written when they are refused:
   // the caller records the refusal itself.
   std::optional<AuditEntry> audit;
+  // The submitting user's own Unix identity (User::run_as_uid); -1: the tenant's.
+  int64_t run_as_uid = -1;
+  int64_t run_as_gid = -1;
 };
 
 // What /metrics shows of the control plane. Counters count since this server

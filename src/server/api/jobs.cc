@@ -371,6 +371,8 @@ Result<Reply> Submit(const ApiServices& s, const Request& req, Call& call) {
   so.audit = call.audit;
   so.audit->tenant = call.tenant;
   so.audit->status = 201;
+  so.run_as_uid = call.who.run_as_uid;
+  so.run_as_gid = call.who.run_as_gid;
   auto ids = s.cluster.Submit(std::move(parsed.specs), call.who.Actor(), std::move(so));
   if (!ids.ok() && ids.status().code() == StatusCode::kResourceExhausted) {
     // The tenant's limit of unfinished jobs: retry once some have finished.

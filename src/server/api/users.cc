@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/names.h"
+#include "core/tenancy.h"
 #include "server/api/request.h"
 
 namespace trainyard::server {
@@ -39,12 +40,22 @@ Result<User> NewUser(const NewUserRequest& r, const Principal& caller) {
 
 Result<UserChange> ParseUserChange(std::string_view body) {
   TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(body, "user"));
-  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "user", {"role", "priority_classes"}));
+  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "user", {"role", "priority_classes", "run_as"}));
   TY_ASSIGN_OR_RETURN(std::optional<std::string> role_text, StringField(j, "user", "role", 32));
   UserChange c;
   TY_ASSIGN_OR_RETURN(c.priority_classes, StringListField(j, "user", "priority_classes"));
   if (role_text) {
     TY_ASSIGN_OR_RETURN(c.role, ParseRole(*role_text));
+  }
+  TY_ASSIGN_OR_RETURN(std::optional<std::string> run_as, StringField(j, "user", "run_as", 32));
+  if (run_as) {
+    int64_t uid = -1, gid = -1;
+    if (!run_as->empty() && !ParseUnixIds(*run_as, uid, gid)) {
+      return InvalidArgument("user.run_as: must be \"UID:GID\" (each 0.." +
+                             std::to_string(kMaxUnixId) +
+                             ") or \"\" for the tenant's identity, got " + QuoteForMessage(*run_as));
+    }
+    c.run_as = {uid, gid};
   }
   return c;
 }
@@ -84,6 +95,9 @@ ordered_json RenderUser(const User& u) {
           {"tenant", u.tenant},
           {"role", RoleName(u.role)},
           {"priority_classes", u.priority_classes},
+          {"run_as", u.run_as_uid >= 0 ? ordered_json(std::to_string(u.run_as_uid) + ":" +
+                                                      std::to_string(u.run_as_gid))
+                                       : ordered_json(nullptr)},
           {"created_ms", u.created.time_since_epoch().count()},
           {"created_by", u.created_by}};
 }
@@ -143,7 +157,7 @@ Result<Reply> UpdateUser(const ApiServices& s, const Request& req, Call& call) {
   call.object = "user/" + name.substr(0, 63);
   call.tenant = s.access.TenantOf(name);
   TY_ASSIGN_OR_RETURN(UserChange c, ParseUserChange(req.body));
-  TY_ASSIGN_OR_RETURN(User u, s.access.UpdateUser(call.who, name, c.role, c.priority_classes));
+  TY_ASSIGN_OR_RETURN(User u, s.access.UpdateUser(call.who, name, c));
   return Reply::Json(200, RenderUser(u));
 }
 

@@ -4,7 +4,8 @@
 //   GET    /api/v1/whoami
 //   GET    /api/v1/users                 POST /api/v1/users {"name", "tenant", "role",
 //                                        "priority_classes"}
-//   GET    /api/v1/users/{name}          PATCH {"role", "priority_classes"}, DELETE
+//   GET    /api/v1/users/{name}          PATCH {"role", "priority_classes", "run_as"},
+//                                        DELETE
 //   GET    /api/v1/tokens[?user=]        POST /api/v1/tokens {"user", "description",
 //                                        "expires_in"}: the token's text, shown once
 //   DELETE /api/v1/tokens/{id}           revoke
@@ -21,6 +22,7 @@
 
 #include "core/auth.h"
 #include "server/api/routes.h"
+#include "server/access.h"
 #include "server/api/services.h"
 
 namespace trainyard::server {
@@ -38,10 +40,8 @@ Result<NewUserRequest> ParseNewUser(std::string_view body);
 Result<User> NewUser(const NewUserRequest& request, const Principal& caller);
 
 // PATCH /users/{name} body: what to replace.
-struct UserChange {
-  std::optional<Role> role;
-  std::optional<std::vector<std::string>> priority_classes;
-};
+// PATCH /users/{name} body: "role", "priority_classes", "run_as" ("UID:GID", or "" for
+// the tenant's identity).
 Result<UserChange> ParseUserChange(std::string_view body);
 
 // POST /tokens body (may be empty): "user" (the caller when empty), "description",

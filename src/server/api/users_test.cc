@@ -45,6 +45,7 @@ json User(const std::string& name, const std::string& tenant, const std::string&
           {"tenant", tenant},
           {"role", role},
           {"priority_classes", json::array()},
+          {"run_as", nullptr},  // the tenant's identity
           {"created_ms", ApiFixture::kStartMs},
           {"created_by", created_by}};
 }
