@@ -79,7 +79,8 @@ int RunStoreCopy(const StoreCopyOptions& options, std::ostream& out, std::ostrea
       << " and checked it: " << s.jobs << " jobs, " << s.events << " events, " << s.audit_entries
       << " audit entries, " << s.nodes << " nodes, " << s.tenants << " tenants, " << s.queues
       << " queues, " << s.priority_classes << " priority classes, " << s.users << " users, "
-      << s.tokens << " API tokens; new jobs get ids from " << s.next_job_id << "\n";
+      << s.tokens << " API tokens, " << s.datasets << " datasets; new jobs get ids from "
+      << s.next_job_id << "\n";
   return kExitOk;
 }
 

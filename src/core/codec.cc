@@ -482,6 +482,35 @@ Result<User> UserFromJsonOrThrow(const json& v) {
   return u;
 }
 
+Result<Dataset> DatasetFromJsonOrThrow(const json& v) {
+  TY_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(v, "dataset"));
+  Dataset d;
+  TY_RETURN_IF_ERROR(r.String("name", d.name));
+  TY_RETURN_IF_ERROR(r.String("tenant", d.tenant));
+  TY_RETURN_IF_ERROR(r.String("source", d.source));
+  TY_RETURN_IF_ERROR(r.String("description", d.description));
+  TY_RETURN_IF_ERROR(r.TimeMs("created_ms", d.created));
+  TY_RETURN_IF_ERROR(r.String("created_by", d.created_by));
+  TY_ASSIGN_OR_RETURN(const json* versions, r.Field("versions"));
+  if (!versions->is_array()) {
+    return InvalidArgument(r.FieldPath("versions") + ": expected a list, got " +
+                           DescribeValue(*versions));
+  }
+  for (size_t i = 0; i < versions->size(); ++i) {
+    TY_ASSIGN_OR_RETURN(
+        ObjectReader vr,
+        ObjectReader::Open((*versions)[i], ObjectReader::Index(r.FieldPath("versions"), i)));
+    DatasetVersion dv;
+    TY_RETURN_IF_ERROR(vr.String("version", dv.version));
+    TY_RETURN_IF_ERROR(vr.Int64("files", dv.files));
+    TY_RETURN_IF_ERROR(vr.Int64("bytes", dv.bytes));
+    TY_RETURN_IF_ERROR(vr.TimeMs("registered_ms", dv.registered));
+    TY_RETURN_IF_ERROR(vr.String("registered_by", dv.registered_by));
+    d.versions.push_back(std::move(dv));
+  }
+  return d;
+}
+
 Result<ApiToken> ApiTokenFromJsonOrThrow(const json& v) {
   TY_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Open(v, "api_token"));
   ApiToken t;
@@ -633,6 +662,30 @@ ojson ToJson(const ApiToken& token) {
   j["expires_ms"] = token.expires ? ojson(Millis(*token.expires)) : ojson(nullptr);
   j["revoked_ms"] = token.revoked ? ojson(Millis(*token.revoked)) : ojson(nullptr);
   return j;
+}
+
+ojson ToJson(const Dataset& d) {
+  ojson j = ojson::object();
+  j["name"] = d.name;
+  j["tenant"] = d.tenant;
+  j["source"] = d.source;
+  j["description"] = d.description;
+  j["created_ms"] = Millis(d.created);
+  j["created_by"] = d.created_by;
+  ojson versions = ojson::array();
+  for (const DatasetVersion& v : d.versions) {
+    versions.push_back(ojson{{"version", v.version},
+                             {"files", v.files},
+                             {"bytes", v.bytes},
+                             {"registered_ms", Millis(v.registered)},
+                             {"registered_by", v.registered_by}});
+  }
+  j["versions"] = std::move(versions);
+  return j;
+}
+
+Result<Dataset> DatasetFromJson(const json& j) {
+  return Guarded("dataset", DatasetFromJsonOrThrow, j);
 }
 
 Result<ApiToken> ApiTokenFromJson(const json& j) {

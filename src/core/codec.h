@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/auth.h"
+#include "core/dataset.h"
 #include "core/job.h"
 #include "core/node.h"
 #include "core/status.h"
@@ -50,6 +51,9 @@ Result<PriorityClass> PriorityClassFromJson(const nlohmann::json& j);
 
 nlohmann::ordered_json ToJson(const User& user);
 Result<User> UserFromJson(const nlohmann::json& j);
+
+nlohmann::ordered_json ToJson(const Dataset& dataset);
+Result<Dataset> DatasetFromJson(const nlohmann::json& j);
 
 nlohmann::ordered_json ToJson(const ApiToken& token);
 Result<ApiToken> ApiTokenFromJson(const nlohmann::json& j);

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <csignal>
 
+#include "core/dataset.h"
 #include "core/image_ref.h"
 #include "core/names.h"
 #include "core/spec_paths.h"
@@ -172,7 +173,85 @@ void CheckContainer(Checker& c, const JobSpec& spec) {
   }
 }
 
+// data: each a registered dataset's name, once; a version; a mount path that no other
+// mount or dataset takes.
+void CheckData(Checker& c, const JobSpec& spec, SpecOrigin origin) {
+  if (spec.data.size() > SpecLimits::kMaxData) {
+    c.Add("data", "at most " + std::to_string(SpecLimits::kMaxData) + " datasets, got " +
+                      std::to_string(spec.data.size()));
+    return;
+  }
+  const auto trimmed = [](std::string path) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    return path;
+  };
+  std::vector<std::string> targets;
+  for (const MountSpec& m : spec.mounts) targets.push_back(trimmed(m.target));
+  std::vector<std::string_view> names;
+  for (size_t i = 0; i < spec.data.size(); ++i) {
+    const DataSpec& d = spec.data[i];
+    const std::string f = "data[" + std::to_string(i) + "]";
+    if (d.dataset.empty()) {
+      c.Add(f + ".dataset", "is required: a registered dataset's name (trainyard datasets ls)");
+    } else if (!ValidateName(f + ".dataset", d.dataset).ok()) {
+      c.Name(f + ".dataset", d.dataset, true);
+    } else if (std::find(names.begin(), names.end(), d.dataset) != names.end()) {
+      c.Add(f + ".dataset", QuoteForMessage(d.dataset) + " is named twice; read it once");
+    }
+    names.push_back(d.dataset);
+    if (d.version != kLatestVersion && !IsContentVersion(d.version)) {
+      c.Add(f + ".version",
+            "must be \"latest\" or a version \"sha256:<64 hex>\" (trainyard "
+            "datasets show " +
+                d.dataset + "), got " + QuoteForMessage(d.version));
+    } else if (origin == SpecOrigin::kStored && d.version == kLatestVersion) {
+      c.Add(f + ".version", "a stored spec names an exact version, got \"latest\"");
+    }
+    if (!d.source.empty()) {
+      if (Status s = ValidateDatasetSource(d.source); !s.ok()) {
+        std::string m = s.message();
+        constexpr std::string_view kPrefix = "dataset.source: ";
+        if (m.starts_with(kPrefix)) m = m.substr(kPrefix.size());
+        c.Add(f + ".source", m);
+      }
+    } else if (origin == SpecOrigin::kStored) {
+      c.Add(f + ".source", "a stored spec names where the dataset is read from");
+    }
+    if (d.mount.empty() || d.mount[0] != '/') {
+      c.Add(f + ".mount",
+            "must be an absolute path (default /data/<dataset>), got " + QuoteForMessage(d.mount));
+      continue;
+    }
+    c.Path(f + ".mount", d.mount);
+    const std::string target = trimmed(d.mount);
+    if (target == "/") {
+      c.Add(f + ".mount", "cannot be /");
+      continue;
+    }
+    for (std::string_view reserved : kReservedTargets) {
+      if (target == reserved || target.starts_with(std::string(reserved) + "/")) {
+        c.Add(f + ".mount", QuoteForMessage(d.mount) + " is under " + std::string(reserved) +
+                                ", which the runtime or Trainyard mounts in every container");
+      }
+    }
+    if (std::find(targets.begin(), targets.end(), target) != targets.end()) {
+      c.Add(f + ".mount", QuoteForMessage(d.mount) + " is the target of another mount");
+    }
+    targets.push_back(target);
+  }
+}
+
 }  // namespace
+
+std::string DataEnvName(std::string_view dataset) {
+  std::string out = "TRAINYARD_DATA_";
+  for (char ch : dataset) {
+    out += (ch >= 'a' && ch <= 'z')   ? static_cast<char>(ch - 'a' + 'A')
+           : (ch == '.' || ch == '-') ? '_'
+                                      : ch;
+  }
+  return out;
+}
 
 std::string Diagnostic::ToString() const {
   std::string out;
@@ -248,6 +327,9 @@ void NormalizeSpec(JobSpec& spec) {
   }
   if (spec.retry.max_backoff < spec.retry.backoff) spec.retry.max_backoff = spec.retry.backoff;
   if (spec.experiment.code.empty()) spec.experiment.code = "auto";
+  for (DataSpec& d : spec.data) {
+    if (d.mount.empty() && !d.dataset.empty()) d.mount = "/data/" + d.dataset;
+  }
   std::sort(spec.secret_env.begin(), spec.secret_env.end());
   spec.secret_env.erase(std::unique(spec.secret_env.begin(), spec.secret_env.end()),
                         spec.secret_env.end());
@@ -412,6 +494,7 @@ std::vector<Diagnostic> ValidateSpec(const JobSpec& spec, SpecOrigin origin) {
   c.Path("checkpoint.dir", spec.checkpoint.dir);
 
   CheckContainer(c, spec);
+  CheckData(c, spec, origin);
 
   if (spec.time_limit.count() < 0 || spec.time_limit > SpecLimits::kMaxTimeLimit) {
     c.Add("time_limit",

@@ -68,6 +68,28 @@ struct MountSpec {
   bool operator==(const MountSpec&) const = default;
 };
 
+// A registered dataset a job reads (docs/datasets.md, core/dataset.h).
+enum class DataStage {
+  kNone,   // the ranks read the dataset's source where it is
+  kLocal,  // the agent copies the version to node-local disk before the ranks start
+};
+struct DataSpec {
+  std::string dataset;
+  // "latest" or "sha256:<64 hex>". The server resolves "latest" at submission, so a
+  // stored spec always names the exact version.
+  std::string version = "latest";
+  // Where the ranks find it: the path it is mounted at inside a container; "" in input
+  // means /data/<dataset> (normalised). Every rank also gets TRAINYARD_DATA_<NAME>
+  // (upper case, '.' and '-' as '_') with the path it reads the dataset at.
+  std::string mount;
+  DataStage stage = DataStage::kNone;
+  // Where the dataset is read from: set by the server from the registered dataset at
+  // submission (a value given in input is replaced), so that agents need not ask.
+  std::string source;
+
+  bool operator==(const DataSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   std::string tenant;
@@ -101,6 +123,7 @@ struct JobSpec {
   std::string image;
   std::vector<MountSpec> mounts;
   int64_t shm_bytes = 0;
+  std::vector<DataSpec> data;  // the datasets it reads, each at most once
 
   bool operator==(const JobSpec&) const = default;
 };
@@ -124,6 +147,7 @@ struct SpecLimits {
   static constexpr size_t kMaxPathBytes = 4096;
   static constexpr int32_t kMaxRetries = 100;
   static constexpr size_t kMaxMounts = 64;
+  static constexpr size_t kMaxData = 16;
   static constexpr Duration kMaxTimeLimit{int64_t{366} * 86'400'000};
   static constexpr Duration kMaxGrace{int64_t{86'400'000}};
 };
@@ -151,6 +175,11 @@ void NormalizeSpec(JobSpec& spec);
 // specs skip the path-text rule (no ".." component, no control character), which
 // came after specs were first stored. The agent still confines every path at launch.
 enum class SpecOrigin { kSubmitted, kStored };
+
+// The variable every rank of a job reading `dataset` finds its path in:
+// TRAINYARD_DATA_<NAME>, upper case, '.' and '-' as '_' ("imagenet-1k" ->
+// TRAINYARD_DATA_IMAGENET_1K).
+std::string DataEnvName(std::string_view dataset);
 
 // Semantic checks shared by every input format. Returns one Diagnostic per problem
 // (line 0; the caller fills file and line from where it read each field).

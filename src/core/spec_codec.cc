@@ -39,7 +39,8 @@ const std::vector<std::string_view> kTopFields = {"name",
                                                   "error",
                                                   "image",
                                                   "mounts",
-                                                  "shm_size"};
+                                                  "shm_size",
+                                                  "data"};
 const std::vector<std::string_view> kResourceFields = {"gpus", "gpu_type", "gpu_memory", "cpus",
                                                        "memory"};
 const std::vector<std::string_view> kTopologyFields = {"constraint", "mode"};
@@ -50,6 +51,8 @@ const std::vector<std::string_view> kCheckpointFields = {"dir", "interval", "pre
 const std::vector<std::string_view> kRetryFields = {"max", "backoff", "max_backoff",
                                                     "exclude_failed_nodes"};
 const std::vector<std::string_view> kMountFields = {"source", "target", "read_only"};
+const std::vector<std::string_view> kDataFields = {"dataset", "version", "mount", "stage",
+                                                   "source"};
 const std::vector<std::string_view> kExperimentFields = {"name", "params", "data_version", "code"};
 
 // Reads one YAML document into a JobSpec, collecting every problem it meets.
@@ -117,6 +120,8 @@ class SpecReader : public YamlFieldReader {
         ReadMounts(v, spec.mounts);
       else if (key == "shm_size")
         MemoryField(v, key, spec.shm_bytes);
+      else if (key == "data")
+        ReadData(v, spec.data);
     });
   }
 
@@ -322,6 +327,60 @@ class SpecReader : public YamlFieldReader {
         });
       }
       out.push_back(std::move(m));
+    }
+  }
+
+  // data: a list of {dataset, version, mount, stage} maps, or of dataset names (the
+  // latest version at /data/<name>, read where it is).
+  void ReadData(const YAML::Node& v, std::vector<DataSpec>& out) {
+    if (!v.IsSequence()) {
+      Error(v, "data",
+            "must be a list of datasets, e.g. [{dataset: imagenet, version: latest, mount: "
+            "/data/imagenet, stage: local}], got " +
+                KindName(v));
+      return;
+    }
+    if (v.size() > SpecLimits::kMaxData) {
+      Error(v, "data",
+            "must have at most " + std::to_string(SpecLimits::kMaxData) + " entries, got " +
+                std::to_string(v.size()));
+      return;
+    }
+    out.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& e = v[i];
+      const std::string f = "data[" + std::to_string(i) + "]";
+      DataSpec d;
+      if (e.IsScalar()) {
+        d.dataset = e.Scalar();
+      } else {
+        if (!Map(e, f, kDataFields)) continue;
+        ForEachField(e, f, kDataFields, [&](const std::string& key, const YAML::Node& x) {
+          if (key == "dataset") {
+            String(x, f + ".dataset", d.dataset);
+          } else if (key == "version") {
+            String(x, f + ".version", d.version);
+          } else if (key == "mount") {
+            String(x, f + ".mount", d.mount);
+          } else if (key == "source") {
+            String(x, f + ".source", d.source);
+          } else if (key == "stage") {
+            std::string stage;
+            String(x, f + ".stage", stage);
+            if (stage == "local") {
+              d.stage = DataStage::kLocal;
+            } else if (stage == "none") {
+              d.stage = DataStage::kNone;
+            } else {
+              Error(x, f + ".stage",
+                    "must be local (copied to the node's disk before the ranks start) or none "
+                    "(read where it is), got " +
+                        QuoteForMessage(stage));
+            }
+          }
+        });
+      }
+      out.push_back(std::move(d));
     }
   }
 
@@ -542,6 +601,17 @@ nlohmann::ordered_json SpecToJson(const JobSpec& s) {
     j["mounts"] = std::move(mounts);
   }
   if (s.shm_bytes > 0) j["shm_size"] = FormatMemory(s.shm_bytes);
+  if (!s.data.empty()) {
+    J data = J::array();
+    for (const DataSpec& d : s.data) {
+      data.push_back(J{{"dataset", d.dataset},
+                       {"version", d.version},
+                       {"mount", d.mount},
+                       {"stage", d.stage == DataStage::kLocal ? "local" : "none"}});
+      if (!d.source.empty()) data.back()["source"] = d.source;
+    }
+    j["data"] = std::move(data);
+  }
   return j;
 }
 

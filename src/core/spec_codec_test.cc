@@ -312,6 +312,72 @@ TEST(ContainerSpecTest, BadImagesMountsAndShmSizesAreNamed) {
   }
 }
 
+TEST(DataSpecTest, DatasetsParseNormaliseAndRoundTrip) {
+  const std::string v = "sha256:" + std::string(64, 'a');
+  auto r = Parse(
+      "name: t\ncommand: [x]\ndata:\n  - imagenet\n"
+      "  - {dataset: coco.2017, version: " +
+      v + ", mount: /mnt/coco, stage: local}\n");
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Messages(r));
+  ASSERT_EQ(r.spec->data.size(), 2u);
+  EXPECT_EQ(r.spec->data[0],
+            (DataSpec{"imagenet", "latest", "/data/imagenet", DataStage::kNone, ""}));
+  EXPECT_EQ(r.spec->data[1], (DataSpec{"coco.2017", v, "/mnt/coco", DataStage::kLocal, ""}));
+  EXPECT_EQ(DataEnvName("coco.2017"), "TRAINYARD_DATA_COCO_2017");
+  EXPECT_EQ(DataEnvName("imagenet-1k"), "TRAINYARD_DATA_IMAGENET_1K");
+  auto from_yaml = Parse(SpecToYaml(*r.spec));
+  ASSERT_TRUE(from_yaml.ok()) << SpecToYaml(*r.spec);
+  EXPECT_EQ(*from_yaml.spec, *r.spec);
+  auto from_json = Parse(SpecToJson(*r.spec).dump());
+  ASSERT_TRUE(from_json.ok());
+  EXPECT_EQ(*from_json.spec, *r.spec);
+
+  // A stored spec names exact versions and their sources (the server resolved them).
+  EXPECT_FALSE(ParseSpec(SpecToJson(*r.spec).dump(), "<store>", SpecOrigin::kStored).ok());
+  JobSpec resolved = *r.spec;
+  for (DataSpec& d : resolved.data) {
+    d.version = v;
+    d.source = "/shared/" + d.dataset;
+  }
+  auto stored = ParseSpec(SpecToJson(resolved).dump(), "<store>", SpecOrigin::kStored);
+  ASSERT_TRUE(stored.ok()) << ::testing::PrintToString(Messages(stored));
+  EXPECT_EQ(*stored.spec, resolved);
+}
+
+TEST(DataSpecTest, BadDataEntriesAreNamed) {
+  const std::string base = "name: t\ncommand: [x]\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"data: imagenet\n", "data: must be a list of datasets"},
+      {"data: [{version: latest}]\n", "data[0].dataset: is required"},
+      {"data: [\"image net\"]\n", "data[0].dataset: may hold only letters, digits"},
+      {"data: [{dataset: a, version: v2}]\n",
+       "data[0].version: must be \"latest\" or a version \"sha256:<64 hex>\""},
+      {"data: [{dataset: a, stage: remote}]\n",
+       "data[0].stage: must be local (copied to the node's disk before the ranks start) or none"},
+      {"data: [{dataset: a, mount: data}]\n", "data[0].mount: must be an absolute path"},
+      {"data: [{dataset: a, mount: /proc/a}]\n", "data[0].mount: \"/proc/a\" is under /proc"},
+      {"data: [a, a]\n", "data[1].dataset: \"a\" is named twice"},
+      {"data: [{dataset: a, mount: /d}, {dataset: b, mount: /d/}]\n",
+       "data[1].mount: \"/d/\" is the target of another mount"},
+      {"image: t\nmounts: [\"/x:/data/a\"]\ndata: [a]\n",
+       "data[0].mount: \"/data/a\" is the target of another mount"},
+      {"data: [{dataset: a, sorce: /x}]\n", "data[0].sorce"},
+      {"data: [{dataset: a, source: relative/x}]\n", "data[0].source: \"relative/x\" is not"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    auto r = Parse(base + yaml);
+    ASSERT_FALSE(r.ok()) << yaml;
+    std::string all;
+    for (const auto& m : Messages(r)) all += m + "\n";
+    EXPECT_THAT(all, HasSubstr(message)) << yaml;
+  }
+  std::string many = base + "data: [";
+  for (int i = 0; i < 17; ++i) many += (i ? ", d" : "d") + std::to_string(i);
+  auto r = Parse(many + "]\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Messages(r)[0], HasSubstr("data: must have at most 16 entries, got 17"));
+}
+
 // Valid UTF-8 text from code points across the planes (no NUL, no surrogates). The
 // Unicode noncharacters (U+FDD0..U+FDEF, U+xFFFE/U+xFFFF) are left out: yaml-cpp's
 // emitter writes them as U+FFFD, so the YAML view of such a spec is lossy (the JSON

@@ -201,6 +201,19 @@ std::string FormatMemory(int64_t bytes) {
   return std::to_string(bytes);
 }
 
+std::string FormatSize(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
 std::string FormatTimestamp(Timestamp t) {
   int64_t ms = t.time_since_epoch().count();
   std::time_t secs = static_cast<std::time_t>(ms / 1000);

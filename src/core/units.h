@@ -34,6 +34,8 @@ std::string FormatDuration(Duration d);
 Result<int64_t> ParseMemory(std::string_view text);
 // Largest binary unit that represents the value exactly: "256Gi", "1536Mi", "17".
 std::string FormatMemory(int64_t bytes);
+// A size for people, rounded: "512 B", "3.9 KiB", "1.2 GiB".
+std::string FormatSize(int64_t bytes);
 
 // Saturating arithmetic on non-negative counts: never overflows, never wraps.
 int64_t SaturatingAdd(int64_t a, int64_t b);

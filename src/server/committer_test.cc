@@ -58,6 +58,10 @@ class ProbeStore final : public store::Store {
   }
   Result<std::vector<User>> ListUsers() override { return inner_.ListUsers(); }
   Result<std::vector<ApiToken>> ListTokens() override { return inner_.ListTokens(); }
+  Result<std::vector<Dataset>> ListDatasets() override { return inner_.ListDatasets(); }
+  Result<std::optional<std::string>> GetManifest(const std::string& version) override {
+    return inner_.GetManifest(version);
+  }
   Result<store::StoredState> LoadAll() override { return inner_.LoadAll(); }
   int SchemaVersion() const override { return 0; }
   std::string Describe() const override { return "probe"; }

@@ -128,6 +128,20 @@ Result<std::string> PrepareOp(const WriteBatch::Op& op) {
             TY_RETURN_IF_ERROR(ValidateApiToken(o.token));
             return Encode(o.token);
           },
+          [](const W::PutDatasetOp& o) -> Result<std::string> {
+            TY_RETURN_IF_ERROR(ValidateDataset(o.dataset));
+            return Encode(o.dataset);
+          },
+          [](const W::PutManifestOp& o) -> Result<std::string> {
+            if (!IsContentVersion(o.version)) {
+              return InvalidArgument("manifest version " + Quote(o.version) +
+                                     " is not sha256:<64 hex>");
+            }
+            if (o.text.find('\0') != std::string::npos) {
+              return InvalidArgument("manifest " + o.version + " holds a NUL byte");
+            }
+            return std::string();
+          },
           // Deletes and audit entries (see BoundAuditEntry).
           [](const auto&) -> Result<std::string> { return std::string(); },
       },
@@ -258,6 +272,24 @@ Status ApplyOp(const PreparedOp& p, CommitTarget& target) {
             return target.WriteToken(o.token, p.doc);
           },
           [&](const W::AppendAuditOp&) -> Status { return target.WriteAudit(*p.audit); },
+          [&](const W::PutDatasetOp& o) -> Status {
+            if (!o.dataset.tenant.empty()) {
+              TY_ASSIGN_OR_RETURN(bool tenant_exists, target.HasTenant(o.dataset.tenant));
+              if (!tenant_exists) {
+                return FailedPrecondition("tenant " + Quote(o.dataset.tenant) +
+                                          " does not exist; create it first");
+              }
+            }
+            return target.WriteDataset(o.dataset, p.doc);
+          },
+          [&](const W::DeleteDatasetOp& o) -> Status {
+            TY_ASSIGN_OR_RETURN(bool exists, target.HasDataset(o.name));
+            if (!exists) return NotFound("dataset " + Quote(o.name) + " does not exist");
+            return target.EraseDataset(o.name);
+          },
+          [&](const W::PutManifestOp& o) -> Status {
+            return target.WriteManifest(o.version, o.text);
+          },
       },
       *p.op);
 }
@@ -295,6 +327,9 @@ std::string DescribeOp(const WriteBatch::Op& op) {
             CutTo(object, kAuditObjectInMessage);
             return "AppendAudit " + object;
           },
+          [](const W::PutDatasetOp& o) { return "PutDataset " + o.dataset.name; },
+          [](const W::DeleteDatasetOp& o) { return "DeleteDataset " + o.name; },
+          [](const W::PutManifestOp& o) { return "PutManifest " + o.version; },
       },
       op);
 }

@@ -60,6 +60,7 @@ class CommitTarget {
   virtual Result<bool> HasUser(const std::string& name) = 0;
   // Names of the users of `tenant`, at most `limit` of them, ascending.
   virtual Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) = 0;
+  virtual Result<bool> HasDataset(const std::string& name) = 0;
 
   virtual Status WriteJob(const Job& job, const std::string& doc) = 0;
   virtual Status WriteNode(const Node& node, const std::string& doc) = 0;
@@ -78,6 +79,10 @@ class CommitTarget {
   virtual Status WriteToken(const ApiToken& token, const std::string& doc) = 0;
   // Appends `entry`, assigning the next audit seq (entry.seq is ignored).
   virtual Status WriteAudit(const AuditEntry& entry) = 0;
+  virtual Status WriteDataset(const Dataset& dataset, const std::string& doc) = 0;
+  virtual Status EraseDataset(const std::string& name) = 0;
+  // Keeps `text` under `version` unless a manifest is kept there already.
+  virtual Status WriteManifest(const std::string& version, const std::string& text) = 0;
 };
 
 // Validates every value of `batch` and encodes its documents. The result points

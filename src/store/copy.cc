@@ -24,6 +24,7 @@ Result<std::string> Contents(Store& to) {
   count(s.priority_classes.size(), "priority class(es)");
   count(s.users.size(), "user(s)");
   count(s.tokens.size(), "token(s)");
+  count(s.datasets.size(), "dataset(s)");
   if (!audit.entries.empty()) held.push_back("audit entries");
   if (held.empty() && s.next_job_id != 1) {
     held.push_back("reserved job ids up to " + std::to_string(s.next_job_id - 1));
@@ -121,6 +122,24 @@ Result<CopyStats> CopyStore(Store& from, Store& to, int batch_jobs,
     tick();
   }
 
+  // Datasets, each with the manifests of its versions (a batch per dataset: manifests
+  // can be megabytes).
+  for (const Dataset& d : src.datasets) {
+    WriteBatch b;
+    for (const DatasetVersion& v : d.versions) {
+      TY_ASSIGN_OR_RETURN(std::optional<std::string> text, from.GetManifest(v.version));
+      if (!text) {
+        return DataLoss("dataset " + d.name + ": the manifest of version " + v.version +
+                        " is missing from the source store");
+      }
+      b.PutManifest(v.version, std::move(*text));
+    }
+    b.PutDataset(d);
+    TY_RETURN_IF_ERROR(to.Commit(b));
+    ++stats.datasets;
+  }
+  tick();
+
   // Jobs of every state, each with its event log, a batch at a time.
   for (JobId after = 0;;) {
     TY_ASSIGN_OR_RETURN(JobPage page, from.ListJobs({}, after, batch_jobs, JobOrder::kAscending));
@@ -168,6 +187,14 @@ Result<CopyStats> CopyStore(Store& from, Store& to, int batch_jobs,
   TY_RETURN_IF_ERROR(Check(src.priority_classes == dst.priority_classes, "priority classes"));
   TY_RETURN_IF_ERROR(Check(src.users == dst.users, "users"));
   TY_RETURN_IF_ERROR(Check(src.tokens == dst.tokens, "API tokens"));
+  TY_RETURN_IF_ERROR(Check(src.datasets == dst.datasets, "datasets"));
+  for (const Dataset& d : src.datasets) {
+    for (const DatasetVersion& v : d.versions) {
+      TY_ASSIGN_OR_RETURN(std::optional<std::string> a, from.GetManifest(v.version));
+      TY_ASSIGN_OR_RETURN(std::optional<std::string> b, to.GetManifest(v.version));
+      TY_RETURN_IF_ERROR(Check(a == b, "the manifest of " + d.name + " " + v.version));
+    }
+  }
   TY_RETURN_IF_ERROR(Check(src.next_job_id == dst.next_job_id, "next job ids"));
   int64_t jobs = 0;
   for (JobId after = 0;;) {

@@ -33,6 +33,7 @@ struct CopyStats {
   int64_t priority_classes = 0;
   int64_t users = 0;
   int64_t tokens = 0;
+  int64_t datasets = 0;
   JobId next_job_id = 1;
 };
 

@@ -59,6 +59,14 @@ Result<User> DecodeUserRow(std::string_view name, std::string_view doc) {
   return u;
 }
 
+Result<Dataset> DecodeDatasetRow(std::string_view name, std::string_view doc) {
+  std::string what = "dataset " + std::string(name);
+  TY_ASSIGN_OR_RETURN(Dataset d, DecodeDoc<Dataset>(what, DatasetFromJson, doc));
+  if (d.name != name)
+    return DataLoss(what + ": stored document has name " + QuoteForMessage(d.name));
+  return d;
+}
+
 Result<ApiToken> DecodeTokenRow(std::string_view id, std::string_view doc) {
   std::string what = "token " + std::string(id);
   TY_ASSIGN_OR_RETURN(ApiToken t, DecodeDoc<ApiToken>(what, ApiTokenFromJson, doc));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/auth.h"
+#include "core/dataset.h"
 #include "core/job.h"
 #include "core/node.h"
 #include "core/status.h"
@@ -30,6 +31,9 @@ Result<PriorityClass> DecodePriorityClassRow(std::string_view name, std::string_
 Result<User> DecodeUserRow(std::string_view name, std::string_view doc);
 // The row of token `id`; its document must have that id.
 Result<ApiToken> DecodeTokenRow(std::string_view id, std::string_view doc);
+
+// The row of dataset `name`; its document must have that name.
+Result<Dataset> DecodeDatasetRow(std::string_view name, std::string_view doc);
 
 // The names (JobStateName) of the states that are not terminal: the jobs LoadAll returns.
 const std::vector<std::string>& NonTerminalStateNames();

@@ -88,6 +88,7 @@ class MemoryStore::Target final : public CommitTarget {
     return s_.priority_classes_.count(name) > 0;
   }
   Result<bool> HasUser(const std::string& name) override { return s_.users_.count(name) > 0; }
+  Result<bool> HasDataset(const std::string& name) override { return s_.datasets_.count(name) > 0; }
   Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) override {
     std::vector<std::string> out;
     for (auto it = s_.users_.begin(); it != s_.users_.end() && static_cast<int>(out.size()) < limit;
@@ -160,6 +161,18 @@ class MemoryStore::Target final : public CommitTarget {
   }
   Status WriteToken(const ApiToken& token, const std::string&) override {
     PutWithUndo(s_.tokens_, token.id, token, undo_);
+    return Status::Ok();
+  }
+  Status WriteDataset(const Dataset& dataset, const std::string&) override {
+    PutWithUndo(s_.datasets_, dataset.name, dataset, undo_);
+    return Status::Ok();
+  }
+  Status EraseDataset(const std::string& name) override {
+    EraseWithUndo(s_.datasets_, name, undo_);
+    return Status::Ok();
+  }
+  Status WriteManifest(const std::string& version, const std::string& text) override {
+    if (!s_.manifests_.contains(version)) PutWithUndo(s_.manifests_, version, text, undo_);
     return Status::Ok();
   }
   Status WriteAudit(const AuditEntry& entry) override {
@@ -292,6 +305,18 @@ Result<std::vector<ApiToken>> MemoryStore::ListTokens() {
   return Values(tokens_);
 }
 
+Result<std::vector<Dataset>> MemoryStore::ListDatasets() {
+  std::lock_guard lock(mu_);
+  return Values(datasets_);
+}
+
+Result<std::optional<std::string>> MemoryStore::GetManifest(const std::string& version) {
+  std::lock_guard lock(mu_);
+  auto it = manifests_.find(version);
+  if (it == manifests_.end()) return std::optional<std::string>();
+  return std::optional<std::string>(it->second);
+}
+
 Result<StoredState> MemoryStore::LoadAll() {
   std::lock_guard lock(mu_);
   StoredState state;
@@ -304,6 +329,7 @@ Result<StoredState> MemoryStore::LoadAll() {
   state.priority_classes = Values(priority_classes_);
   state.users = Values(users_);
   state.tokens = Values(tokens_);
+  state.datasets = Values(datasets_);
   state.next_job_id = next_job_id_;
   state.last_event_seq = last_event_seq_;
   return state;

@@ -37,6 +37,8 @@ class MemoryStore final : public Store {
   Result<std::vector<PriorityClass>> ListPriorityClasses() override;
   Result<std::vector<User>> ListUsers() override;
   Result<std::vector<ApiToken>> ListTokens() override;
+  Result<std::vector<Dataset>> ListDatasets() override;
+  Result<std::optional<std::string>> GetManifest(const std::string& version) override;
   Result<StoredState> LoadAll() override;
   int SchemaVersion() const override;
   std::string Describe() const override { return "memory"; }
@@ -53,6 +55,8 @@ class MemoryStore final : public Store {
   std::map<std::string, PriorityClass> priority_classes_;        // GUARDED_BY(mu_)
   std::map<std::string, User> users_;                            // GUARDED_BY(mu_)
   std::map<std::string, ApiToken> tokens_;                       // GUARDED_BY(mu_)
+  std::map<std::string, Dataset> datasets_;                      // GUARDED_BY(mu_)
+  std::map<std::string, std::string> manifests_;                 // GUARDED_BY(mu_)
   std::vector<AuditEntry> audit_;                                // ascending seq; GUARDED_BY(mu_)
   JobId next_job_id_ = 1;                                        // GUARDED_BY(mu_)
   int64_t last_event_seq_ = 0;                                   // GUARDED_BY(mu_)

@@ -138,7 +138,19 @@ constexpr const char* kMigration2[] = {
   expires_at TIMESTAMPTZ NOT NULL
 ))sql",
 };
-constexpr std::span<const char* const> kMigrations[] = {kMigration1, kMigration2};
+// 3: datasets and the manifests of their versions (content-addressed, shared).
+constexpr const char* kMigration3[] = {
+    R"sql(CREATE TABLE datasets (
+  name TEXT COLLATE "C" PRIMARY KEY,
+  tenant TEXT COLLATE "C",  -- NULL for a cluster-wide dataset
+  doc TEXT NOT NULL
+))sql",
+    R"sql(CREATE TABLE dataset_manifests (
+  version TEXT COLLATE "C" PRIMARY KEY,
+  text TEXT NOT NULL
+))sql",
+};
+constexpr std::span<const char* const> kMigrations[] = {kMigration1, kMigration2, kMigration3};
 static_assert(std::size(kMigrations) == PostgresStore::kSchemaVersion,
               "kSchemaVersion must equal the number of migrations");
 
@@ -374,6 +386,10 @@ class PostgresStore::Target final : public CommitTarget {
     if (!Storable(name)) return false;
     return Exists("SELECT 1 FROM users WHERE name = $1", Params().Text(name));
   }
+  Result<bool> HasDataset(const std::string& name) override {
+    if (!Storable(name)) return false;
+    return Exists("SELECT 1 FROM datasets WHERE name = $1", Params().Text(name));
+  }
   Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) override {
     return Names("SELECT name FROM users WHERE tenant = $1 ORDER BY name LIMIT $2",
                  Params().Text(tenant).Int(limit), "reading users");
@@ -463,6 +479,21 @@ class PostgresStore::Target final : public CommitTarget {
         "INSERT INTO api_tokens (id, user_name, doc) VALUES ($1, $2, $3) "
         "ON CONFLICT (id) DO UPDATE SET user_name = excluded.user_name, doc = excluded.doc",
         Params().Text(token.id).Text(token.user).Text(doc), "writing token " + token.id);
+  }
+  Status WriteDataset(const Dataset& d, const std::string& doc) override {
+    return Run(
+        "INSERT INTO datasets (name, tenant, doc) VALUES ($1, $2, $3) "
+        "ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, doc = excluded.doc",
+        Params().Text(d.name).TextOrNull(d.tenant).Text(doc), "writing dataset " + d.name);
+  }
+  Status EraseDataset(const std::string& name) override {
+    return Run("DELETE FROM datasets WHERE name = $1", Params().Text(name),
+               "deleting dataset " + name);
+  }
+  Status WriteManifest(const std::string& version, const std::string& text) override {
+    return Run(
+        "INSERT INTO dataset_manifests (version, text) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        Params().Text(version).Text(text), "writing the manifest of " + version);
   }
   Status WriteAudit(const AuditEntry& e) override {
     return Run(
@@ -1089,6 +1120,17 @@ Result<std::vector<ApiToken>> PostgresStore::ReadTokens() {
   return out;
 }
 
+Result<std::vector<Dataset>> PostgresStore::ReadDatasets() {
+  TY_ASSIGN_OR_RETURN(PgResult r,
+                      Exec("SELECT name, doc FROM datasets ORDER BY name", "listing datasets"));
+  std::vector<Dataset> out;
+  for (int i = 0; i < Rows(r.get()); ++i) {
+    TY_ASSIGN_OR_RETURN(Dataset d, DecodeDatasetRow(Text(r.get(), i, 0), Text(r.get(), i, 1)));
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 template <typename T>
 Result<std::vector<T>> PostgresStore::ListWithRetries(
     std::string_view doing, Result<std::vector<T>> (PostgresStore::*read)()) {
@@ -1119,6 +1161,24 @@ Result<std::vector<User>> PostgresStore::ListUsers() {
 Result<std::vector<ApiToken>> PostgresStore::ListTokens() {
   return ListWithRetries("listing tokens", &PostgresStore::ReadTokens);
 }
+Result<std::vector<Dataset>> PostgresStore::ListDatasets() {
+  return ListWithRetries("listing datasets", &PostgresStore::ReadDatasets);
+}
+
+Result<std::optional<std::string>> PostgresStore::GetManifest(const std::string& version) {
+  if (!Storable(version)) return std::optional<std::string>();
+  std::lock_guard lock(mu_);
+  const std::string doing = "reading the manifest of " + version;
+  std::optional<std::string> out;
+  TY_RETURN_IF_ERROR(WithRetries(doing, [&]() -> Status {
+    TY_ASSIGN_OR_RETURN(PgResult r, Exec("SELECT text FROM dataset_manifests WHERE version = $1",
+                                         Params().Text(version), doing));
+    out.reset();
+    if (Rows(r.get()) > 0) out = std::string(Text(r.get(), 0, 0));
+    return Status::Ok();
+  }));
+  return out;
+}
 
 Status PostgresStore::ReadState(StoredState& state) {
   const std::vector<std::string>& active = NonTerminalStateNames();
@@ -1135,6 +1195,7 @@ Status PostgresStore::ReadState(StoredState& state) {
   TY_ASSIGN_OR_RETURN(state.priority_classes, ReadPriorityClasses());
   TY_ASSIGN_OR_RETURN(state.users, ReadUsers());
   TY_ASSIGN_OR_RETURN(state.tokens, ReadTokens());
+  TY_ASSIGN_OR_RETURN(state.datasets, ReadDatasets());
   TY_ASSIGN_OR_RETURN(state.next_job_id, NextJobId(kReadNextJobId));
   TY_ASSIGN_OR_RETURN(PgResult r, Exec("SELECT coalesce(max(seq), 0) FROM job_events",
                                        "reading the last event seq"));

@@ -96,7 +96,7 @@ struct PostgresOptions {
 class PostgresStore final : public Store {
  public:
   // The schema this binary writes: the number of migrations it knows.
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Connects to the database named by `conninfo` (libpq's "key=value ..." or
   // "postgresql://..." form), retrying for opts.retry_for, and brings its schema up to
@@ -124,6 +124,8 @@ class PostgresStore final : public Store {
   Result<std::vector<PriorityClass>> ListPriorityClasses() override;
   Result<std::vector<User>> ListUsers() override;
   Result<std::vector<ApiToken>> ListTokens() override;
+  Result<std::vector<Dataset>> ListDatasets() override;
+  Result<std::optional<std::string>> GetManifest(const std::string& version) override;
   Result<StoredState> LoadAll() override;
   int SchemaVersion() const override { return kSchemaVersion; }
 
@@ -197,6 +199,7 @@ class PostgresStore final : public Store {
   Result<std::vector<PriorityClass>> ReadPriorityClasses();
   Result<std::vector<User>> ReadUsers();
   Result<std::vector<ApiToken>> ReadTokens();
+  Result<std::vector<Dataset>> ReadDatasets();
   // Everything of a kind, with retries: the List* calls.
   template <typename T>
   Result<std::vector<T>> ListWithRetries(std::string_view doing,

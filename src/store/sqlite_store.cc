@@ -131,6 +131,18 @@ BEGIN
   SELECT RAISE(ABORT, 'audit_log is append-only');
 END;
 )sql",
+    // 4: datasets and the manifests of their versions (content-addressed, shared).
+    R"sql(
+CREATE TABLE datasets (
+  name TEXT PRIMARY KEY,
+  tenant TEXT,  -- NULL for a cluster-wide dataset
+  doc TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE dataset_manifests (
+  version TEXT PRIMARY KEY,
+  text TEXT NOT NULL
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "kSchemaVersion must equal the number of migrations");
@@ -303,6 +315,10 @@ class SqliteStore::Target final : public CommitTarget {
   Result<bool> HasUser(const std::string& name) override {
     return Exists("SELECT 1 FROM users WHERE name = ?1", [&](Statement& st) { st.Bind(1, name); });
   }
+  Result<bool> HasDataset(const std::string& name) override {
+    return Exists("SELECT 1 FROM datasets WHERE name = ?1",
+                  [&](Statement& st) { st.Bind(1, name); });
+  }
   Result<std::vector<std::string>> UsersOfTenant(const std::string& tenant, int limit) override {
     TY_ASSIGN_OR_RETURN(
         Statement st,
@@ -411,6 +427,28 @@ class SqliteStore::Target final : public CommitTarget {
                                  "doc = excluded.doc"));
     st.Bind(1, token.id).Bind(2, token.user).Bind(3, doc);
     return st.Run("writing token " + token.id);
+  }
+  Status WriteDataset(const Dataset& d, const std::string& doc) override {
+    TY_ASSIGN_OR_RETURN(Statement st,
+                        s_.Prepare("INSERT INTO datasets (name, tenant, doc) VALUES (?1, ?2, ?3) "
+                                   "ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, "
+                                   "doc = excluded.doc"));
+    st.Bind(1, d.name).Bind(3, doc);
+    if (d.tenant.empty()) {
+      st.BindNull(2);
+    } else {
+      st.Bind(2, d.tenant);
+    }
+    return st.Run("writing dataset " + d.name);
+  }
+  Status EraseDataset(const std::string& name) override {
+    return Erase("DELETE FROM datasets WHERE name = ?1", name, "deleting dataset " + name);
+  }
+  Status WriteManifest(const std::string& version, const std::string& text) override {
+    TY_ASSIGN_OR_RETURN(Statement st, s_.Prepare("INSERT INTO dataset_manifests (version, text) "
+                                                 "VALUES (?1, ?2) ON CONFLICT DO NOTHING"));
+    st.Bind(1, version).Bind(2, text);
+    return st.Run("writing the manifest of " + version);
   }
   Status WriteAudit(const AuditEntry& e) override {
     TY_ASSIGN_OR_RETURN(
@@ -808,6 +846,32 @@ Result<std::vector<ApiToken>> SqliteStore::ReadTokens() {
   }
 }
 
+Result<std::vector<Dataset>> SqliteStore::ReadDatasets() {
+  TY_ASSIGN_OR_RETURN(Statement st, Prepare("SELECT name, doc FROM datasets ORDER BY name"));
+  std::vector<Dataset> out;
+  while (true) {
+    TY_ASSIGN_OR_RETURN(bool row, st.Step("listing datasets"));
+    if (!row) return out;
+    TY_ASSIGN_OR_RETURN(Dataset d, DecodeDatasetRow(st.Text(0), st.Text(1)));
+    out.push_back(std::move(d));
+  }
+}
+
+Result<std::vector<Dataset>> SqliteStore::ListDatasets() {
+  std::lock_guard lock(mu_);
+  return ReadDatasets();
+}
+
+Result<std::optional<std::string>> SqliteStore::GetManifest(const std::string& version) {
+  std::lock_guard lock(mu_);
+  TY_ASSIGN_OR_RETURN(Statement st,
+                      Prepare("SELECT text FROM dataset_manifests WHERE version = ?1"));
+  st.Bind(1, version);
+  TY_ASSIGN_OR_RETURN(bool row, st.Step("reading the manifest of " + version));
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(std::string(st.Text(0)));
+}
+
 Result<std::vector<Node>> SqliteStore::ListNodes() {
   std::lock_guard lock(mu_);
   return ReadNodes();
@@ -853,6 +917,7 @@ Result<StoredState> SqliteStore::LoadAll() {
     TY_ASSIGN_OR_RETURN(state.priority_classes, ReadPriorityClasses());
     TY_ASSIGN_OR_RETURN(state.users, ReadUsers());
     TY_ASSIGN_OR_RETURN(state.tokens, ReadTokens());
+    TY_ASSIGN_OR_RETURN(state.datasets, ReadDatasets());
     TY_ASSIGN_OR_RETURN(state.next_job_id, NextJobId());
     TY_ASSIGN_OR_RETURN(Statement seq, Prepare("SELECT coalesce(max(seq), 0) FROM job_events"));
     TY_ASSIGN_OR_RETURN(bool row, seq.Step("reading the last event seq"));

@@ -45,7 +45,7 @@ struct SqliteOptions {
 class SqliteStore final : public Store {
  public:
   // The schema this binary writes: the number of migrations it knows.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating when allowed) the database at `path` and brings its schema up to
   // kSchemaVersion. Fails with FailedPrecondition when the file's schema is newer,
@@ -70,6 +70,8 @@ class SqliteStore final : public Store {
   Result<std::vector<PriorityClass>> ListPriorityClasses() override;
   Result<std::vector<User>> ListUsers() override;
   Result<std::vector<ApiToken>> ListTokens() override;
+  Result<std::vector<Dataset>> ListDatasets() override;
+  Result<std::optional<std::string>> GetManifest(const std::string& version) override;
   Result<StoredState> LoadAll() override;
   int SchemaVersion() const override { return kSchemaVersion; }
   std::string Describe() const override { return "sqlite:" + path_; }
@@ -103,6 +105,7 @@ class SqliteStore final : public Store {
   Result<std::vector<PriorityClass>> ReadPriorityClasses();
   Result<std::vector<User>> ReadUsers();
   Result<std::vector<ApiToken>> ReadTokens();
+  Result<std::vector<Dataset>> ReadDatasets();
 
   const std::string path_;
   std::mutex mu_;

@@ -87,10 +87,11 @@ TEST_F(SqliteStoreTest, UsesWalForeignKeysAndTheLatestSchema) {
   RawDb raw(path_);
   EXPECT_EQ(raw.One("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(raw.One("PRAGMA user_version"), std::to_string(SqliteStore::kSchemaVersion));
-  EXPECT_THAT(raw.Column("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
-                         "'sqlite_%' ORDER BY name"),
-              ElementsAre("api_tokens", "audit_log", "job_events", "jobs", "meta", "nodes",
-                          "priority_classes", "queues", "tenants", "users"));
+  EXPECT_THAT(
+      raw.Column("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                 "'sqlite_%' ORDER BY name"),
+      ElementsAre("api_tokens", "audit_log", "dataset_manifests", "datasets", "job_events", "jobs",
+                  "meta", "nodes", "priority_classes", "queues", "tenants", "users"));
   EXPECT_EQ(raw.One("PRAGMA integrity_check"), "ok");
   EXPECT_EQ(raw.Column("PRAGMA foreign_key_check").size(), 0u);
 }
@@ -336,10 +337,11 @@ TEST_F(SqliteStoreTest, MigratesAVersion2Database) {
   std::unique_ptr<Store> store = Open();
   {
     RawDb raw(path_);
-    EXPECT_EQ(raw.One("PRAGMA user_version"), "3");
+    EXPECT_EQ(raw.One("PRAGMA user_version"), std::to_string(SqliteStore::kSchemaVersion));
     EXPECT_THAT(raw.Column("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
-                           "('users', 'api_tokens', 'audit_log') ORDER BY name"),
-                ElementsAre("api_tokens", "audit_log", "users"));
+                           "('users', 'api_tokens', 'audit_log', 'datasets', "
+                           "'dataset_manifests') ORDER BY name"),
+                ElementsAre("api_tokens", "audit_log", "dataset_manifests", "datasets", "users"));
     EXPECT_EQ(raw.One("PRAGMA integrity_check"), "ok");
   }
   // What was there is still there.

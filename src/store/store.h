@@ -86,6 +86,7 @@ struct StoredState {
   std::vector<PriorityClass> priority_classes;  // ascending name
   std::vector<User> users;                      // ascending name
   std::vector<ApiToken> tokens;                 // ascending id
+  std::vector<Dataset> datasets;                // ascending name (manifests: GetManifest)
   JobId next_job_id = 1;                        // the id ReserveJobIds would return next
   int64_t last_event_seq = 0;                   // 0 when the log is empty
 };
@@ -101,13 +102,15 @@ class Store {
   // nothing of it is applied. Empty batches succeed. Checks, in order for each op:
   //   - values are valid (ValidateSpec and a normalised spec (NormalizeSpec),
   //     ValidateNode, ValidateTenant, ValidateQueue, ValidatePriorityClass,
-  //     ValidateUser, ValidateApiToken, and the document encodes as JSON):
+  //     ValidateUser, ValidateApiToken, ValidateDataset, a manifest's version is a
+  //     content version, and the document encodes as JSON):
   //     InvalidArgument;
   //   - PutJob: the id came from ReserveJobIds: FailedPrecondition;
   //   - PutQueue: its tenant exists, its parent (if any) exists in that tenant and the
   //     queue is not its own ancestor: FailedPrecondition;
   //   - PutUser: its tenant, when not empty, exists: FailedPrecondition;
   //   - PutToken: its user exists: FailedPrecondition;
+  //   - PutDataset: its tenant, when not empty, exists: FailedPrecondition;
   //   - Delete*: the object exists: NotFound; DeleteTenant: it has no queues and no
   //     users left, DeleteQueue: it has no child queues: FailedPrecondition;
   //     DeleteUser deletes the user's tokens with it;
@@ -149,6 +152,9 @@ class Store {
   virtual Result<std::vector<PriorityClass>> ListPriorityClasses() = 0;
   virtual Result<std::vector<User>> ListUsers() = 0;
   virtual Result<std::vector<ApiToken>> ListTokens() = 0;
+  virtual Result<std::vector<Dataset>> ListDatasets() = 0;
+  // The manifest kept under `version` (PutManifest), or nullopt.
+  virtual Result<std::optional<std::string>> GetManifest(const std::string& version) = 0;
 
   // One consistent snapshot of what a server needs on start (see StoredState).
   virtual Result<StoredState> LoadAll() = 0;

@@ -702,6 +702,69 @@ TEST_P(StoreTest, ConcurrentCallsAreSerialised) {
   EXPECT_EQ(*seqs.rbegin(), kThreads * kBatchesPerThread);
 }
 
+// --- datasets ------------------------------------------------------------------------
+
+Dataset TestDataset(const std::string& name, const std::string& tenant, int versions) {
+  Dataset d;
+  d.name = name;
+  d.tenant = tenant;
+  d.source = "/shared/" + name;
+  d.created = At(1'000);
+  d.created_by = "user:alice";
+  for (int i = 0; i < versions; ++i) {
+    d.versions.push_back({"sha256:" + std::string(63, 'a') + static_cast<char>('0' + i), 10 + i,
+                          1'000 + i, At(2'000 + i), "user:alice"});
+  }
+  return d;
+}
+
+TEST_P(StoreTest, DatasetsAndTheirManifestsReadBackAndDeletesCheck) {
+  AddTenancy();
+  const Dataset imagenet = TestDataset("imagenet", "research", 2);
+  const Dataset shared = TestDataset("common-crawl", "", 1);
+  WriteBatch b;
+  b.PutManifest(imagenet.versions[0].version, "trainyard-manifest 1\nfirst\n");
+  b.PutManifest(imagenet.versions[1].version, "trainyard-manifest 1\nsecond\n");
+  b.PutDataset(imagenet);
+  b.PutDataset(shared);
+  MustCommit(b);
+  EXPECT_THAT(*store_->ListDatasets(), ElementsAre(shared, imagenet));
+  Result<StoredState> state = store_->LoadAll();
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_THAT(state->datasets, ElementsAre(shared, imagenet));
+  auto text = store_->GetManifest(imagenet.versions[1].version);
+  ASSERT_TRUE(text.ok() && text->has_value());
+  EXPECT_EQ(**text, "trainyard-manifest 1\nsecond\n");
+  // Content-addressed: a second put of a version keeps the first text.
+  MustCommit([&] {
+    WriteBatch w;
+    w.PutManifest(imagenet.versions[1].version, "something else");
+    return w;
+  }());
+  EXPECT_EQ(**store_->GetManifest(imagenet.versions[1].version), "trainyard-manifest 1\nsecond\n");
+  EXPECT_FALSE(store_->GetManifest("sha256:" + std::string(64, 'f'))->has_value());
+
+  // A dataset's tenant must exist; a bad version is refused; deletes check existence.
+  Status s = CommitWith([](WriteBatch& w) { w.PutDataset(TestDataset("x", "ghost", 0)); });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("tenant \"ghost\" does not exist"));
+  s = CommitWith([](WriteBatch& w) { w.PutManifest("v1", "x"); });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  Dataset bad = TestDataset("y", "research", 1);
+  bad.source = "relative/path";
+  s = CommitWith([&](WriteBatch& w) { w.PutDataset(bad); });
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("dataset.source"));
+  s = CommitWith([](WriteBatch& w) { w.DeleteDataset("ghost"); });
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  MustCommit([] {
+    WriteBatch w;
+    w.DeleteDataset("common-crawl");
+    return w;
+  }());
+  EXPECT_THAT(*store_->ListDatasets(), ElementsAre(imagenet));
+}
+
 // --- users, tokens, audit log ------------------------------------------------------
 
 TEST_P(StoreTest, UsersAndTokensReadBackInKeyOrder) {

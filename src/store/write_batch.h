@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/auth.h"
+#include "core/dataset.h"
 #include "core/job.h"
 #include "core/node.h"
 #include "core/tenancy.h"
@@ -79,6 +80,18 @@ class WriteBatch {
   struct PutTokenOp {
     ApiToken token;
   };
+  struct PutDatasetOp {
+    Dataset dataset;
+  };
+  struct DeleteDatasetOp {
+    std::string name;
+  };
+  // A version's manifest (data/manifest.h's text), kept under the version it hashes
+  // to. Content-addressed, so never replaced: putting a version already kept is a no-op.
+  struct PutManifestOp {
+    std::string version;
+    std::string text;
+  };
   struct AppendAuditOp {
     // seq is ignored; Commit assigns it: increasing over the audit log (a sequence
     // of its own, apart from JobEvent::seq), may skip.
@@ -86,7 +99,8 @@ class WriteBatch {
   };
   using Op = std::variant<PutJobOp, PutNodeOp, DeleteNodeOp, PutTenantOp, DeleteTenantOp,
                           PutQueueOp, DeleteQueueOp, PutPriorityClassOp, DeletePriorityClassOp,
-                          AppendEventOp, PutUserOp, DeleteUserOp, PutTokenOp, AppendAuditOp>;
+                          AppendEventOp, PutUserOp, DeleteUserOp, PutTokenOp, AppendAuditOp,
+                          PutDatasetOp, DeleteDatasetOp, PutManifestOp>;
 
   void PutJob(const Job& job) { ops_.emplace_back(PutJobOp{job}); }
   void PutNode(const Node& node) { ops_.emplace_back(PutNodeOp{node}); }
@@ -111,6 +125,11 @@ class WriteBatch {
   void DeleteUser(std::string name) { ops_.emplace_back(DeleteUserOp{std::move(name)}); }
   void PutToken(const ApiToken& token) { ops_.emplace_back(PutTokenOp{token}); }
   void AppendAudit(AuditEntry entry) { ops_.emplace_back(AppendAuditOp{std::move(entry)}); }
+  void PutDataset(const Dataset& d) { ops_.emplace_back(PutDatasetOp{d}); }
+  void DeleteDataset(std::string name) { ops_.emplace_back(DeleteDatasetOp{std::move(name)}); }
+  void PutManifest(std::string version, std::string text) {
+    ops_.emplace_back(PutManifestOp{std::move(version), std::move(text)});
+  }
 
   // Adds the operations of `other` after this batch's own.
   void Append(WriteBatch&& other) {
