@@ -182,9 +182,9 @@ TEST_F(PostgresStoreTest, ReopenKeepsEverythingAndMigratesOnce) {
               ElementsAreArray(AllMigrations()));
   EXPECT_THAT(raw_->Column("SELECT table_name FROM information_schema.tables WHERE "
                            "table_schema = current_schema() ORDER BY table_name"),
-              ElementsAre("api_tokens", "audit_log", "commit_markers", "job_events", "jobs",
-                          "leader_lease", "meta", "nodes", "priority_classes", "queues",
-                          "schema_migrations", "tenants", "users"));
+              ElementsAre("api_tokens", "audit_log", "commit_markers", "dataset_manifests",
+                          "datasets", "job_events", "jobs", "leader_lease", "meta", "nodes",
+                          "priority_classes", "queues", "schema_migrations", "tenants", "users"));
 }
 
 TEST_F(PostgresStoreTest, StoresOpeningTogetherMigrateOnce) {
