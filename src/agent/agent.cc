@@ -253,6 +253,7 @@ Status Agent::Run() {
   cgroups_ = options_.cgroups ? *options_.cgroups : Cgroups::Detect(CgroupHost::FromProc());
   // Containers first: deleting those an earlier agent left empties their groups.
   FindContainers();
+  OpenDataCache();
   Log(options_.unmapped_uid >= 0
           ? "identity: ranks of tenants without run_as run as " +
                 std::to_string(options_.unmapped_uid) + ":" +
@@ -474,6 +475,7 @@ void Agent::Heartbeat() {
     std::lock_guard lock(mu_);
     hb.tasks = TaskList(/*unacked_only=*/true);
     for (const FaultSpec& f : faults_) hb.faults.push_back(f.id);
+    if (data_cache_) hb.datasets = data_cache_->Statuses();
   }
   HttpReply reply = Post(false, "/api/v1/agent/heartbeat", protocol::ToJson(hb));
   std::lock_guard lock(mu_);
@@ -521,6 +523,10 @@ void Agent::ApplyCommands() {
     commands_.pop_front();
     if (c.kind == Command::Kind::kStart) {
       StartTask(c.start);
+      continue;
+    }
+    if (c.kind == Command::Kind::kStage) {
+      StageData(c.stage);
       continue;
     }
     if (c.kind == Command::Kind::kFaults) {
@@ -648,6 +654,7 @@ void Agent::StartTask(const TaskStart& spec) {
       break;
     }
   }
+  if (failed.ok()) failed = PrepareData(spec, t, launch);
   if (failed.ok() && !spec.image.empty()) failed = PlaceContainerFiles(t);
   if (failed.ok()) {
     std::error_code ec;

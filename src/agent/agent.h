@@ -44,6 +44,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/container.h"
+#include "agent/data_cache.h"
 #include "agent/faults.h"
 #include "agent/gpu.h"
 #include "agent/health_check.h"
@@ -124,6 +125,10 @@ struct AgentOptions {
   // registration, and a task with an image fails to start, saying so.
   std::string oci_runtime;
   std::string image_store;
+  // The dataset cache (data_cache.h): where staged versions live ("": <data_dir>/datasets)
+  // and the most it holds (0: 90% of that file system's free space at start).
+  std::string data_cache_dir;
+  int64_t data_cache_bytes = 0;
   // The wall clock; tests may replace it. Called from the agent's threads (the loop, the
   // health-check thread), so a replacement must be thread-safe.
   std::function<Timestamp()> now;
@@ -170,6 +175,8 @@ class Agent {
     std::string fault_file;               // TRAINYARD_FAULT_FILE: the faults' effects on it
     std::string checkpoint_request_file;  // TRAINYARD_CHECKPOINT_REQUEST_FILE
     std::string checkpoint_dir;           // TRAINYARD_CHECKPOINT_DIR, absolute; empty: none
+    std::vector<std::string> data_paths;  // where each of spec.data is read on the host
+    std::vector<std::string> data_held;   // cached versions it holds (DataCache::Acquire)
     std::string group;                    // its replica's cgroup (groups_); empty: none
     int64_t oom_kills_before = 0;         // the group's OOM kills when it started
     // A container's (container.h): its id with the runtime, the directory of its bundle
@@ -302,6 +309,20 @@ class Agent {
   void RemoveDeadGroupsLocked();
   std::string GroupDirName(const std::string& group) const;
   void RemoveStaleGroups();  // REQUIRES: mu_ held
+
+  // Datasets (agent_data.cc): finds where each dataset the task reads is on this node
+  // (t.data_paths) and tells a host process where (DataEnvName). REQUIRES: mu_ held.
+  Status PrepareData(const TaskStart& spec, Task& t, LaunchSpec& launch);
+  // Opens the dataset cache (Run); without one, stage: local data fails, saying why.
+  void OpenDataCache();
+  // Starts staging what a `stage` command asks for. REQUIRES: mu_ held.
+  void StageData(const std::vector<protocol::TaskData>& data);
+  // The manifest of `version`, from the server (any thread).
+  Result<std::string> FetchManifest(const std::string& version);
+  // Hands back the cached versions the task held. REQUIRES: mu_ held.
+  void ReleaseData(Task& t);
+  std::unique_ptr<DataCache> data_cache_;  // set in Run; null when it could not be opened
+  std::string data_cache_problem_;
 
   // Containers (agent_containers.cc). Found at Run: the runtime, else why not.
   std::optional<ContainerRuntime> runtime_;

@@ -212,6 +212,11 @@ Status Agent::PrepareContainer(const TaskStart& spec, Task& t, LaunchSpec& launc
     }
     plan.binds.push_back({source, m.target, m.read_only});
   }
+  // Datasets, read-only, where the spec put them.
+  for (size_t i = 0; i < spec.data.size() && i < t.data_paths.size(); ++i) {
+    plan.binds.push_back({t.data_paths[i], spec.data[i].target, true});
+    plan.env[DataEnvName(spec.data[i].dataset)] = spec.data[i].target;
+  }
   // The host's network: its name resolution too.
   for (const char* file : {"/etc/hosts", "/etc/resolv.conf"}) {
     if (fs::exists(file)) plan.binds.push_back({file, file, true});

@@ -89,6 +89,8 @@ Status Agent::PrepareIsolation(const TaskStart& spec, Task& t, LaunchSpec& launc
 }
 
 void Agent::ReleaseGroup(Task& t) {
+  // What else the task held on the node: its cached datasets.
+  ReleaseData(t);
   if (t.group.empty()) return;
   auto it = groups_.find(t.group);
   t.group.clear();

@@ -249,6 +249,17 @@ Result<agent::AgentOptions> AgentOptionsFromFlags(const AgentCommandOptions& f) 
   if (!f.image_store.empty()) {
     o.image_store = std::filesystem::absolute(f.image_store).lexically_normal().string();
   }
+  if (!f.data_cache_dir.empty()) {
+    o.data_cache_dir = std::filesystem::absolute(f.data_cache_dir).lexically_normal().string();
+  }
+  if (!f.data_cache_size.empty()) {
+    auto size = ParseMemory(f.data_cache_size);
+    if (!size.ok() || *size <= 0) {
+      return InvalidArgument("--data-cache-size: must be a size above 0 (\"500Gi\", \"2T\"), got " +
+                             QuoteForMessage(f.data_cache_size));
+    }
+    o.data_cache_bytes = *size;
+  }
   return o;
 }
 
@@ -395,6 +406,13 @@ void AddAgentCommand(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
   cmd->add_option("--image-store", o->image_store,
                   "The image store jobs' images are read from (default: $TRAINYARD_IMAGE_STORE, "
                   "else /var/lib/trainyard/images for root; see `trainyard image load`)");
+  cmd->add_option("--data-cache-dir", o->data_cache_dir,
+                  "Where datasets of stage: local are copied before their jobs start (default: "
+                  "DATA_DIR/datasets; see docs/datasets.md)");
+  cmd->add_option("--data-cache-size", o->data_cache_size,
+                  "The most the dataset cache holds (\"500Gi\"); least recently used versions "
+                  "that no job reads are removed to make room (default: 90% of its file "
+                  "system's free space at start)");
   cmd->callback([o, &exit_code, &out, &err] { exit_code = RunAgent(*o, out, err); });
 }
 

@@ -52,6 +52,8 @@ struct AgentCommandOptions {
   std::string oci_runtime;      // "": runc; "none": no containers
   std::string unmapped_run_as;  // "UID:GID" or "agent"; "": nobody for root, else agent
   std::string image_store;      // "": ImageStore::DefaultRoot()
+  std::string data_cache_dir;   // "": DATA_DIR/datasets
+  std::string data_cache_size;  // "": 90% of its file system's free space at start
 };
 
 // Validates the flags and fills in machine defaults. Errors name the flag, the value

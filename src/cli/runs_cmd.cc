@@ -296,6 +296,10 @@ void AddRunsCommands(CLI::App& app, int& exit_code, std::ostream& out, std::ostr
             out << "submitted job " << Str(res, "id") << " (rerun of " << f->id << " at code "
                 << code;
             if (spec.contains("image")) out << ", image " << spec["image"].get<std::string>();
+            // Its data: the stored spec names each dataset's exact version.
+            for (const auto& d : spec.value("data", json::array())) {
+              out << ", data " << d.value("dataset", "") << "@" << d.value("version", "");
+            }
             out << ")\n";
           }
           return std::nullopt;

@@ -134,11 +134,17 @@ Status ApplyRegistered(Ctx& c, const AgentRegistered& ev) {
     }
   }
   // Ranks that should be here but the agent does not know: the agent lost them.
+  std::set<JobId> staging_here;
   for (auto& [id, e] : c.s.jobs) {
     if (!e.gang) continue;
     for (Rank& r : e.gang->ranks) {
       if (r.node != name || RankDone(r.state)) continue;
       if (reported.contains(protocol::TaskId(id, e.gang->attempt, r.rank))) continue;
+      if (r.state == RankState::kStaging) {
+        // Not started yet: ask this agent for the data again (staging is idempotent).
+        staging_here.insert(id);
+        continue;
+      }
       if (r.state == RankState::kSent) {
         // Its start may not have reached this agent: send it again (starts are idempotent).
         protocol::Command cmd;
@@ -165,6 +171,10 @@ Status ApplyRegistered(Ctx& c, const AgentRegistered& ev) {
                     "node " + name + " back after " + FormatDuration(c.now - unreachable_at) +
                         " NotReady; the job kept running");
     }
+  }
+  for (JobId id : staging_here) {
+    JobEntry& e = c.s.jobs.at(id);
+    if (!Leaving(e)) SendStage(c, e, name);
   }
   for (JobId id : touched) TY_RETURN_IF_ERROR(Evaluate(c, id));
   c.Dirty();
@@ -199,6 +209,27 @@ Status ApplyHeartbeat(Ctx& c, const AgentHeartbeat& ev) {
     touched.insert(e->job.id);
   }
   for (JobId id : touched) TY_RETURN_IF_ERROR(Evaluate(c, id));
+  // Data staged (or failing) here may let a waiting gang start (or end its attempt).
+  n.datasets = hb.datasets;
+  if (!c.s.staging.empty()) {
+    const std::vector<JobId> waiting(c.s.staging.begin(), c.s.staging.end());
+    for (JobId id : waiting) {
+      JobEntry* e = c.s.FindJob(id);
+      const bool staging =
+          e != nullptr && e->gang &&
+          std::any_of(e->gang->ranks.begin(), e->gang->ranks.end(),
+                      [](const Rank& r) { return r.state == RankState::kStaging; });
+      if (!staging) {
+        c.s.staging.erase(id);
+        continue;
+      }
+      const bool here = std::any_of(e->gang->ranks.begin(), e->gang->ranks.end(),
+                                    [&](const Rank& r) { return r.node == hb.node; });
+      if (!here) continue;
+      TY_RETURN_IF_ERROR(AdvanceStaging(c, *e));
+      TY_RETURN_IF_ERROR(Evaluate(c, id));
+    }
+  }
   // An exit is acknowledged once its attempt's end is recorded (or it belongs to
   // nothing the server knows), so a restarted server hears of it again otherwise.
   for (const protocol::TaskStatus& t : hb.tasks) {
@@ -251,6 +282,23 @@ Status ApplyTick(Ctx& c, const Tick&) {
       over_limit.push_back(id);
     }
     for (Rank& r : e.gang->ranks) {
+      if (r.state == RankState::kStaging && c.now - r.sent_at >= o.start_resend) {
+        // No word of its data from the node yet: ask again (staging is idempotent).
+        const NodeEntry* n = c.s.FindNode(r.node);
+        if (n == nullptr || !n->connected) continue;
+        const bool reported =
+            std::all_of(e.job.spec.data.begin(), e.job.spec.data.end(), [&](const DataSpec& d) {
+              return d.stage != DataStage::kLocal ||
+                     std::any_of(
+                         n->datasets.begin(), n->datasets.end(),
+                         [&](const protocol::DatasetStatus& s) { return s.version == d.version; });
+            });
+        for (Rank& other : e.gang->ranks) {
+          if (other.node == r.node && other.state == RankState::kStaging) other.sent_at = c.now;
+        }
+        if (!reported) SendStage(c, e, r.node);
+        continue;
+      }
       if (r.state != RankState::kSent || c.now - r.sent_at < o.start_resend) continue;
       auto n = c.s.nodes.find(r.node);
       if (n == c.s.nodes.end() || !n->second.connected) continue;

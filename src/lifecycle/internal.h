@@ -76,6 +76,15 @@ Status Evaluate(Ctx& c, JobId id);
 // Gives up the gangs with live ranks on `node` (ranks Gone, gang Lost, evaluated).
 Status GiveUpNode(Ctx& c, const std::string& node, const std::string& why);
 
+// Staging (staging.cc, docs/datasets.md). Whether a job's ranks wait for data staged
+// on their nodes before they start.
+bool NeedsStaging(const JobSpec& spec);
+// Asks each node of the gang to stage the data (a `stage` command per node).
+void SendStage(Ctx& c, const JobEntry& e, const std::string& only_node = "");
+// Sends the starts once every node of the gang holds the data; fails the attempt when a
+// node could not stage it; else says how far staging is in the job's reason.
+Status AdvanceStaging(Ctx& c, JobEntry& e);
+
 // Wraps an error of a transition the lifecycle made itself (a broken invariant).
 Status Broken(const Status& s);
 

@@ -93,6 +93,10 @@ void StopRanks(Ctx& c, JobEntry& e) {
   c.Touch(e.job.id);
   for (Rank& r : g.ranks) {
     if (RankDone(r.state)) continue;
+    if (r.state == RankState::kStaging) {
+      r.state = RankState::kGone;  // never started: nothing to stop
+      continue;
+    }
     const std::string id = protocol::TaskId(e.job.id, g.attempt, r.rank);
     auto n = c.s.nodes.find(r.node);
     if (n == c.s.nodes.end() || !n->second.connected) {
@@ -451,6 +455,10 @@ protocol::TaskStart BuildStart(const ClusterState& state, const JobEntry& e, con
   t.image = job.spec.image;
   for (const MountSpec& m : job.spec.mounts) t.mounts.push_back({m.source, m.target, m.read_only});
   t.shm_bytes = job.spec.shm_bytes;
+  for (const DataSpec& d : job.spec.data) {
+    t.data.push_back({d.dataset, d.version, d.source, job.spec.image.empty() ? "" : d.mount,
+                      d.stage == DataStage::kLocal});
+  }
   std::string master_addr = "127.0.0.1";
   if (!g.ranks.empty()) {
     auto n = state.nodes.find(g.ranks.front().node);
@@ -622,6 +630,20 @@ Result<Effects> ApplyDecisions(ClusterState& state, const sched::Decisions& d,
     g.attempt = job.attempts.back().index;
     g.ranks = MakeRanks(job, job.attempts.back());
     e->gang = std::move(g);
+    if (state.options.agents && internal::NeedsStaging(job.spec)) {
+      // Its data first, on every node of the gang; the starts follow once all have it.
+      for (Rank& r : e->gang->ranks) {
+        r.state = RankState::kStaging;
+        r.sent_at = now;
+      }
+      state.staging.insert(job.id);
+      internal::SendStage(c, *e);
+      s = internal::AdvanceStaging(c, *e);
+      if (!s.ok()) break;
+      c.Touch(job.id);
+      ++stats.binds;
+      continue;
+    }
     for (Rank& r : e->gang->ranks) {
       r.state = RankState::kSent;
       r.sent_at = now;

@@ -243,6 +243,121 @@ TEST_F(LifecycleTest, AJobSubmittedByAUserWithAnIdentityRunsAsThatUser) {
   EXPECT_EQ(ids[other], std::make_pair(int64_t{2001}, int64_t{2001}));
 }
 
+// Data with stage: local is staged on every node of the gang before any rank starts;
+// a node that cannot stage it fails the attempt, naming the node and why.
+class StagingTest : public LifecycleTest {
+ protected:
+  const std::string kVersion = "sha256:" + std::string(64, 'd');
+  JobSpec Staged() {
+    JobSpec spec = Gang(2, 4);
+    spec.data.push_back(
+        {"imagenet", kVersion, "/data/imagenet", DataStage::kLocal, "/shared/imagenet"});
+    return spec;
+  }
+  Effects Cache(const std::string& node, protocol::DatasetState state, int64_t done,
+                const std::string& error = "") {
+    protocol::Heartbeat hb;
+    hb.node = node;
+    hb.datasets.push_back({"imagenet", kVersion, state, done, 1000, 100e6, error, 0});
+    return Must(AgentHeartbeat{hb});
+  }
+  static size_t Count(const std::vector<protocol::Command>& cmds, protocol::Command::Kind kind) {
+    return static_cast<size_t>(
+        std::count_if(cmds.begin(), cmds.end(), [&](const auto& c) { return c.kind == kind; }));
+  }
+};
+
+TEST_F(StagingTest, TheGangStartsOnlyOnceEveryNodeHoldsItsData) {
+  Must(AgentRegistered{Agent("node-0", 4)});
+  Must(AgentRegistered{Agent("node-1", 4)});
+  const JobId id = Submit(Staged());
+  Pass();
+  for (const std::string node : {"node-0", "node-1"}) {
+    auto cmds = Take(node);
+    ASSERT_EQ(cmds.size(), 1u) << node;
+    ASSERT_EQ(cmds[0].kind, protocol::Command::Kind::kStage);
+    ASSERT_EQ(cmds[0].stage.size(), 1u);
+    EXPECT_EQ(cmds[0].stage[0].version, kVersion);
+    EXPECT_EQ(cmds[0].stage[0].source, "/shared/imagenet");
+    EXPECT_TRUE(cmds[0].stage[0].stage_local);
+  }
+  EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kStarting);
+  // One node done, the other half way: no start yet, and the reason says how far.
+  Cache("node-0", protocol::DatasetState::kReady, 1000);
+  Cache("node-1", protocol::DatasetState::kStaging, 500);
+  EXPECT_TRUE(Take("node-0").empty());
+  EXPECT_TRUE(Take("node-1").empty());
+  EXPECT_THAT(state_.jobs.at(id).job.reason,
+              ::testing::StartsWith("staging data on 2 node(s): 1.5 KiB of 2.0 KiB (75%), 100 MB/s "
+                                    "on the slowest (node-1), ETA"));
+  // Nothing new from node-1 for a while: the stage is asked for again only where the data
+  // was never reported.
+  now_ += seconds(16);
+  Cache("node-0", protocol::DatasetState::kReady, 1000);
+  Cache("node-1", protocol::DatasetState::kStaging, 600);
+  Must(Tick{});
+  EXPECT_TRUE(Take("node-0").empty());
+  EXPECT_TRUE(Take("node-1").empty());
+  // Both hold it: every rank's start goes out at once, with the data in it.
+  Effects fx = Cache("node-1", protocol::DatasetState::kReady, 1000);
+  EXPECT_THAT(EventKinds(fx.batch), ::testing::Contains("Staged"));
+  for (const std::string node : {"node-0", "node-1"}) {
+    auto cmds = Take(node);
+    ASSERT_EQ(Count(cmds, protocol::Command::Kind::kStart), 1u) << node;
+    ASSERT_EQ(cmds[0].start.data.size(), 1u);
+    EXPECT_TRUE(cmds[0].start.data[0].stage_local);
+  }
+  EXPECT_EQ(state_.jobs.at(id).job.reason, "starting 2 rank(s): data staged");
+}
+
+TEST_F(StagingTest, DataAlreadyCachedStartsAtOnceAndAFailedStagingFailsTheAttempt) {
+  Must(AgentRegistered{Agent("node-0", 4)});
+  Must(AgentRegistered{Agent("node-1", 4)});
+  Cache("node-0", protocol::DatasetState::kReady, 1000);
+  Cache("node-1", protocol::DatasetState::kReady, 1000);
+  const JobId hit = Submit(Staged());
+  Pass();
+  std::map<std::string, protocol::Command> starts;
+  for (const std::string node : {"node-0", "node-1"}) {
+    auto cmds = Take(node);
+    EXPECT_EQ(Count(cmds, protocol::Command::Kind::kStage), 1u) << node;  // pins it there
+    ASSERT_EQ(Count(cmds, protocol::Command::Kind::kStart), 1u) << node;
+    for (const auto& c : cmds) {
+      if (c.kind == protocol::Command::Kind::kStart) starts[node] = c;
+    }
+  }
+  // It ends (cancelled), giving its GPUs back.
+  Must(CancelJob{hit, "user:test"});
+  for (const auto& [node, start] : starts) {
+    Take(node);
+    Beat(node, {Task(start, protocol::TaskState::kExited, 0, 15)});
+  }
+  ASSERT_FALSE(state_.jobs.contains(hit));
+
+  JobSpec spec = Staged();
+  spec.data[0].version = "sha256:" + std::string(64, 'e');
+  const JobId id = Submit(spec);
+  Pass();
+  Take("node-0");
+  Take("node-1");
+  protocol::Heartbeat hb;
+  hb.node = "node-1";
+  hb.datasets.push_back({"imagenet", spec.data[0].version, protocol::DatasetState::kFailed, 0, 1000,
+                         0, "dataset imagenet is 1000 B, more than node node-1's cache", 0});
+  Effects fx = Must(AgentHeartbeat{hb});
+  // Not started anywhere, so nothing to stop: the attempt ends at once, failed.
+  EXPECT_FALSE(state_.jobs.contains(id));
+  EXPECT_TRUE(Take("node-0").empty());
+  std::string failed;
+  for (const auto& op : fx.batch.ops()) {
+    if (const auto* e = std::get_if<store::WriteBatch::AppendEventOp>(&op)) {
+      if (e->event.kind == "Failed") failed = e->event.message;
+    }
+  }
+  EXPECT_THAT(failed, HasSubstr("staging dataset imagenet sha256:eeee"));
+  EXPECT_THAT(failed, HasSubstr("on node node-1 failed: dataset imagenet is 1000 B, more than"));
+}
+
 TEST_F(LifecycleTest, RefusalsChangeNothing) {
   JobSpec bad = Gang(1, 1);
   bad.priority = "urgent";

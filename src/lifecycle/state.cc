@@ -6,6 +6,8 @@ std::string_view RankStateName(RankState s) {
   switch (s) {
     case RankState::kUnknown:
       return "unknown";
+    case RankState::kStaging:
+      return "staging";
     case RankState::kSent:
       return "sent";
     case RankState::kStarting:

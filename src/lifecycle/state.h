@@ -19,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,8 +35,10 @@
 
 namespace trainyard::lifecycle {
 
-enum class RankState { kUnknown, kSent, kStarting, kRunning, kExited, kGone };
-// "unknown" | "sent" | "starting" | "running" | "exited" | "gone"
+// kStaging: bound, waiting for the datasets it reads to be staged on every node of its
+// gang before its start is sent (docs/datasets.md, "Staging").
+enum class RankState { kUnknown, kStaging, kSent, kStarting, kRunning, kExited, kGone };
+// "unknown" | "staging" | "sent" | "starting" | "running" | "exited" | "gone"
 std::string_view RankStateName(RankState s);
 // Exited or gone: the rank holds nothing any more.
 bool RankDone(RankState s);
@@ -100,6 +103,8 @@ struct NodeEntry {
   std::string limits;                // how its agent limits tasks (protocol::Registration::limits)
   std::string containers;            // whether it runs containers (Registration::containers)
   std::deque<QueuedCommand> outbox;  // oldest first
+  // Its agent's dataset cache, as its latest heartbeat said (docs/datasets.md).
+  std::vector<protocol::DatasetStatus> datasets;
 };
 
 // The state the scheduler and users see of `n`: NotReady while its agent is away or
@@ -143,6 +148,9 @@ struct ClusterState {
 
   const LifecycleOptions options;
   std::map<JobId, JobEntry> jobs;  // not finished
+  // Jobs whose gang may have ranks waiting for their data (RankState::kStaging); a
+  // superset, pruned as heartbeats look at them.
+  std::set<JobId> staging;
   std::map<std::string, NodeEntry> nodes;
   std::map<std::string, Tenant> tenants;
   std::map<std::pair<std::string, std::string>, Queue> queues;  // by (tenant, name)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/dataset.h"
 #include "core/names.h"
 #include "core/resources.h"
 #include "protocol/base64.h"
@@ -140,6 +141,8 @@ Status ProfileIdField(const Fields& f, std::string& out) {
   return Status::Ok();
 }
 
+Status ParseTaskData(const Fields& d, TaskData& out);
+
 Result<TaskStart> ParseTaskStart(const Fields& f) {
   TaskStart s;
   // The previous agent read a start without job_id, attempt or rank; their id says them.
@@ -194,7 +197,26 @@ Result<TaskStart> ParseTaskStart(const Fields& f) {
     return f.Wrong("mounts", *f.Get("mounts"), "absent: mounts need an image");
   }
   TY_RETURN_IF_ERROR(f.Int("shm_bytes", s.shm_bytes, 0, int64_t{1} << 56));
+  TY_RETURN_IF_ERROR(f.ObjectList("data", 16, s.data, ParseTaskData));
   return s;
+}
+
+// A dataset entry of a start or stage command.
+Status ParseTaskData(const Fields& d, TaskData& out) {
+  TY_RETURN_IF_ERROR(d.Str("dataset", out.dataset, true));
+  TY_RETURN_IF_ERROR(d.Str("version", out.version, true));
+  if (!IsContentVersion(out.version)) {
+    return d.Wrong("version", *d.Get("version"), "sha256:<64 lowercase hex>");
+  }
+  TY_RETURN_IF_ERROR(d.Str("source", out.source, true));
+  if (out.source.empty() || out.source.front() != '/') {
+    return d.Wrong("source", *d.Get("source"), "an absolute path");
+  }
+  TY_RETURN_IF_ERROR(d.Str("target", out.target));
+  if (!out.target.empty() && out.target.front() != '/') {
+    return d.Wrong("target", *d.Get("target"), "an absolute path inside the container");
+  }
+  return d.Bool("stage_local", out.stage_local);
 }
 
 Status ParseFaultList(const Fields& f, std::vector<FaultSpec>& out) {
@@ -243,6 +265,12 @@ Result<Command> ParseCommandAt(const json& j, const std::string& path) {
     TY_RETURN_IF_ERROR(ParseFaultList(f, c.faults));
     return c;
   }
+  if (kind == "stage") {
+    c.kind = Command::Kind::kStage;
+    if (f.Get("data") == nullptr) return f.Missing("data");
+    TY_RETURN_IF_ERROR(f.ObjectList("data", 16, c.stage, ParseTaskData));
+    return c;
+  }
   if (kind == "preempt") {
     c.kind = Command::Kind::kPreempt;
   } else if (kind == "stop") {
@@ -252,9 +280,10 @@ Result<Command> ParseCommandAt(const json& j, const std::string& path) {
   } else if (kind == "checkpoint") {
     c.kind = Command::Kind::kCheckpoint;
   } else {
-    return InvalidArgument(f.Path("kind") +
-                           ": expected start, stop, preempt, profile, faults or checkpoint, got " +
-                           QuoteForMessage(kind));
+    return InvalidArgument(
+        f.Path("kind") +
+        ": expected start, stop, preempt, profile, faults, checkpoint or stage, got " +
+        QuoteForMessage(kind));
   }
   TY_RETURN_IF_ERROR(TaskIdField(f, "task_id", c.task_id));
   if (c.kind == Command::Kind::kStop || c.kind == Command::Kind::kPreempt) {
@@ -416,6 +445,38 @@ ordered_json ToJson(const LinkTelemetry& l) {
   return {{"name", l.name}, {"kind", l.kind}, {"up", l.up}, {"errors", Count(l.errors)}};
 }
 
+ordered_json ToJson(const TaskData& d) {
+  return {{"dataset", d.dataset},
+          {"version", d.version},
+          {"source", d.source},
+          {"target", d.target},
+          {"stage_local", d.stage_local}};
+}
+
+std::string_view DatasetStateName(DatasetState s) {
+  switch (s) {
+    case DatasetState::kStaging:
+      return "staging";
+    case DatasetState::kReady:
+      return "ready";
+    case DatasetState::kFailed:
+      return "failed";
+  }
+  return "staging";
+}
+
+ordered_json ToJson(const DatasetStatus& d) {
+  ordered_json j = {{"dataset", d.dataset},
+                    {"version", d.version},
+                    {"state", DatasetStateName(d.state)},
+                    {"bytes_done", d.bytes_done},
+                    {"bytes_total", d.bytes_total},
+                    {"in_use", d.in_use}};
+  if (d.state == DatasetState::kStaging) j["bytes_per_s"] = d.bytes_per_s;
+  if (!d.error.empty()) j["error"] = d.error;
+  return j;
+}
+
 ordered_json ToJson(const DiskTelemetry& d) {
   return {
       {"path", d.path}, {"free_bytes", Count(d.free_bytes)}, {"total_bytes", Count(d.total_bytes)}};
@@ -439,6 +500,11 @@ ordered_json ToJson(const Heartbeat& h) {
   if (h.health_check) j["health_check"] = ToJson(*h.health_check);
   j["tasks"] = TaskList(h.tasks);
   j["faults"] = h.faults;
+  if (!h.datasets.empty()) {
+    ordered_json datasets = ordered_json::array();
+    for (const DatasetStatus& d : h.datasets) datasets.push_back(ToJson(d));
+    j["datasets"] = std::move(datasets);
+  }
   return j;
 }
 
@@ -483,6 +549,11 @@ ordered_json ToJson(const Command& c) {
         if (!mounts.empty()) task["mounts"] = std::move(mounts);
         if (t.shm_bytes > 0) task["shm_bytes"] = t.shm_bytes;
       }
+      if (!t.data.empty()) {
+        ordered_json data = ordered_json::array();
+        for (const TaskData& d : t.data) data.push_back(ToJson(d));
+        task["data"] = std::move(data);
+      }
       return {{"kind", "start"}, {"task", std::move(task)}};
     }
     case Command::Kind::kPreempt:
@@ -502,6 +573,11 @@ ordered_json ToJson(const Command& c) {
     }
     case Command::Kind::kCheckpoint:
       return {{"kind", "checkpoint"}, {"task_id", c.task_id}};
+    case Command::Kind::kStage: {
+      ordered_json data = ordered_json::array();
+      for (const TaskData& d : c.stage) data.push_back(ToJson(d));
+      return {{"kind", "stage"}, {"data", std::move(data)}};
+    }
   }
   return {};
 }
@@ -665,6 +741,33 @@ Result<Heartbeat> ParseHeartbeat(const json& j) {
   }));
   TY_RETURN_IF_ERROR(ParseHealthCheck(f, h.health_check));
   TY_RETURN_IF_ERROR(f.StrList("faults", h.faults, 1024));
+  TY_RETURN_IF_ERROR(
+      f.ObjectList("datasets", 1024, h.datasets, [](const Fields& d, DatasetStatus& v) {
+        TY_RETURN_IF_ERROR(d.Str("dataset", v.dataset, true));
+        TY_RETURN_IF_ERROR(d.Str("version", v.version, true));
+        if (!IsContentVersion(v.version)) {
+          return d.Wrong("version", *d.Get("version"), "sha256:<64 lowercase hex>");
+        }
+        std::string state;
+        TY_RETURN_IF_ERROR(d.Str("state", state, true));
+        if (state == "staging") {
+          v.state = DatasetState::kStaging;
+        } else if (state == "ready") {
+          v.state = DatasetState::kReady;
+        } else if (state == "failed") {
+          v.state = DatasetState::kFailed;
+        } else {
+          return d.Wrong("state", *d.Get("state"), "staging, ready or failed");
+        }
+        TY_RETURN_IF_ERROR(d.Int("bytes_done", v.bytes_done, 0, kInt64Max));
+        TY_RETURN_IF_ERROR(d.Int("bytes_total", v.bytes_total, 0, kInt64Max));
+        TY_RETURN_IF_ERROR(d.Number("bytes_per_s", v.bytes_per_s));
+        TY_RETURN_IF_ERROR(d.Str("error", v.error));
+        int64_t in_use = 0;
+        TY_RETURN_IF_ERROR(d.Int("in_use", in_use, 0, INT32_MAX));
+        v.in_use = static_cast<int32_t>(in_use);
+        return Status::Ok();
+      }));
   return h;
 }
 

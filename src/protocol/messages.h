@@ -154,6 +154,22 @@ struct DiskTelemetry {
   bool operator==(const DiskTelemetry&) const = default;
 };
 
+// A dataset version in the node's cache (docs/datasets.md, "Staging"): being staged,
+// ready (whole and checked), or failed (with why).
+enum class DatasetState { kStaging, kReady, kFailed };
+std::string_view DatasetStateName(DatasetState s);  // "staging" | "ready" | "failed"
+struct DatasetStatus {
+  std::string dataset;
+  std::string version;  // "sha256:<64 hex>"
+  DatasetState state = DatasetState::kStaging;
+  int64_t bytes_done = 0;
+  int64_t bytes_total = 0;
+  double bytes_per_s = 0;  // while staging
+  std::string error;       // kFailed
+  int32_t in_use = 0;      // ranks reading it now
+  bool operator==(const DatasetStatus&) const = default;
+};
+
 // POST /agent/heartbeat.
 struct Heartbeat {
   std::string node;
@@ -166,6 +182,9 @@ struct Heartbeat {
   std::vector<DiskTelemetry> disks;  // at most 64
   std::optional<HealthCheckResult> health_check;
   std::vector<std::string> faults;  // ids of the faults the agent has active (at most 1024)
+  // The versions in the node's dataset cache (at most 1024): those ready, being staged,
+  // or whose staging failed lately.
+  std::vector<DatasetStatus> datasets;
   bool operator==(const Heartbeat&) const = default;
 };
 
@@ -192,6 +211,16 @@ struct TaskMount {
   bool operator==(const TaskMount&) const = default;
 };
 
+// A dataset version a rank reads (JobSpec's data, resolved by the server).
+struct TaskData {
+  std::string dataset;
+  std::string version;       // "sha256:<64 hex>"
+  std::string source;        // where it is read from (or staged from)
+  std::string target;        // where a container sees it; unused for a host process
+  bool stage_local = false;  // copied to the node's dataset cache before the rank starts
+  bool operator==(const TaskData&) const = default;
+};
+
 struct TaskStart {
   std::string task_id;  // TaskId(job_id, attempt, rank)
   JobId job_id = 0;
@@ -216,13 +245,24 @@ struct TaskStart {
   std::string image;
   std::vector<TaskMount> mounts;
   int64_t shm_bytes = 0;
+  // The datasets it reads: the agent makes each visible (a read-only mount at `target`
+  // in a container) and sets DataEnvName(dataset) to the path the rank reads it at.
+  std::vector<TaskData> data;
   bool operator==(const TaskStart&) const = default;
 };
 
 inline constexpr int kDefaultNoticeSignal = 10;  // SIGUSR1, when a preempt names none
 
 struct Command {
-  enum class Kind { kStart, kPreempt, kStop, kProfile, kFaults, kCheckpoint } kind = Kind::kStart;
+  enum class Kind {
+    kStart,
+    kPreempt,
+    kStop,
+    kProfile,
+    kFaults,
+    kCheckpoint,
+    kStage
+  } kind = Kind::kStart;
   TaskStart start;                // kStart
   std::string task_id;            // kPreempt, kStop, kProfile, kCheckpoint
   int signal = 0;                 // kPreempt: 1..64 (absent or 0 parses as kDefaultNoticeSignal)
@@ -230,6 +270,9 @@ struct Command {
   std::string profile_id;         // kProfile: 1-64 of A-Z a-z 0-9 . _ -, not starting with "."
   int32_t steps = 0;              // kProfile: how many steps to record, 1..10000
   std::vector<FaultSpec> faults;  // kFaults: the node's whole set (empty clears); unique ids
+  // kStage: dataset versions to copy into the node's cache now (those with stage_local),
+  // before a start that reads them; the agent reports their progress in heartbeats.
+  std::vector<TaskData> stage;
   bool operator==(const Command&) const = default;
 };
 
@@ -299,6 +342,8 @@ nlohmann::ordered_json ToJson(const RegisterReply& r);
 nlohmann::ordered_json ToJson(const GpuTelemetry& g);
 nlohmann::ordered_json ToJson(const LinkTelemetry& l);
 nlohmann::ordered_json ToJson(const DiskTelemetry& d);
+nlohmann::ordered_json ToJson(const TaskData& d);
+nlohmann::ordered_json ToJson(const DatasetStatus& d);
 nlohmann::ordered_json ToJson(const Heartbeat& h);
 nlohmann::ordered_json ToJson(const HeartbeatReply& r);
 nlohmann::ordered_json ToJson(const PollRequest& p);

@@ -291,6 +291,17 @@ TEST(RoundTripTest, EveryCommandKind) {
 
   ExpectRoundTrip(OnTask(Command::Kind::kCheckpoint), ParseCommand);
 
+  Command stage;
+  stage.kind = Command::Kind::kStage;
+  const std::string v = "sha256:" + std::string(64, 'a');
+  stage.stage = {{"imagenet", v, "/shared/imagenet", "/data/imagenet", true},
+                 {"coco", v, "/shared/coco", "", true}};
+  ExpectRoundTrip(stage, ParseCommand);
+  Command with_data = Start(true);
+  with_data.start.data = stage.stage;
+  with_data.start.data[1].stage_local = false;
+  ExpectRoundTrip(with_data, ParseCommand);
+
   PollReply reply;
   ExpectRoundTrip(reply, [](const json& j) { return ParsePollReply(j); });
   reply.commands = {Start(true), preempt, stop,
@@ -501,6 +512,23 @@ TEST(BadInputTest, HeartbeatFields) {
             "heartbeat.faults[1]: expected a string, got number 2");
   EXPECT_EQ(error(R"({"node": "n", "faults": "f-1"})"),
             "heartbeat.faults: expected a list of at most 1024 strings, got string \"f-1\"");
+  EXPECT_EQ(error(R"({"node": "n", "datasets": [{"dataset": "d", "version": "v1",
+                       "state": "ready"}]})"),
+            "heartbeat.datasets[0].version: expected sha256:<64 lowercase hex>, got string \"v1\"");
+  const std::string v = "sha256:" + std::string(64, 'a');
+  EXPECT_EQ(error(R"({"node": "n", "datasets": [{"dataset": "d", "version": ")" + v +
+                  R"(", "state": "lost"}]})"),
+            "heartbeat.datasets[0].state: expected staging, ready or failed, got string \"lost\"");
+}
+
+TEST(RoundTripTest, HeartbeatWithTheDatasetCache) {
+  Heartbeat hb;
+  hb.node = "n";
+  const std::string v = "sha256:" + std::string(64, 'b');
+  hb.datasets = {{"imagenet", v, DatasetState::kStaging, 100, 1000, 5e8, "", 0},
+                 {"coco", v, DatasetState::kReady, 1000, 1000, 0, "", 2},
+                 {"big", v, DatasetState::kFailed, 0, 1000, 0, "too large", 0}};
+  ExpectRoundTrip(hb, ParseHeartbeat);
 }
 
 TEST(BadInputTest, RepliesAndPolls) {
@@ -543,8 +571,8 @@ TEST(BadInputTest, OneBadCommandDoesNotCostTheOthers) {
             "xid, ecc, thermal, link-down, slow, hang, data-stall, loss-nan, grad-spike, "
             "comm-slow");
   EXPECT_EQ(rejected[1].message(),
-            "poll reply.commands[2].kind: expected start, stop, preempt, profile, faults or "
-            "checkpoint, got \"reboot\"");
+            "poll reply.commands[2].kind: expected start, stop, preempt, profile, faults, "
+            "checkpoint or stage, got \"reboot\"");
 }
 
 TEST(BadInputTest, StartCommands) {
@@ -611,9 +639,10 @@ TEST(BadInputTest, TaskCommands) {
   auto error = [](const std::string& text) { return Error(ParseCommand, text); };
   EXPECT_EQ(error("7"), "command: expected an object, got number 7");
   EXPECT_EQ(error("{}"), "command.kind: missing");
-  EXPECT_EQ(error(R"({"kind": "reboot"})"),
-            "command.kind: expected start, stop, preempt, profile, faults or checkpoint, got "
-            "\"reboot\"");
+  EXPECT_EQ(
+      error(R"({"kind": "reboot"})"),
+      "command.kind: expected start, stop, preempt, profile, faults, checkpoint or stage, got "
+      "\"reboot\"");
   EXPECT_EQ(error(R"({"kind": "stop"})"), "command.task_id: missing");
   EXPECT_EQ(error(R"({"kind": "checkpoint", "task_id": 17})"),
             "command.task_id: expected a string, got number 17");

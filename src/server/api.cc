@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "server/api/dashboard.h"
+#include "server/api/datasets.h"
 #include "server/api/monitoring.h"
 #include "server/api/services.h"
 #include "server/ingest.h"
@@ -14,10 +15,10 @@ std::vector<RouteInfo> InstallApi(http::Server& http, Cluster& cluster, LogStore
                                   AccessControl& access, ApiOptions options) {
   Routes routes(http, access, options.join_token);
   const ApiServices services{
-      cluster,         logs,
-      access,          std::make_shared<Ingest>(cluster, logs, options.series, options.alerting),
-      options.series,  options.profiles,
-      options.alerting};
+      cluster,          logs,
+      access,           std::make_shared<Ingest>(cluster, logs, options.series, options.alerting),
+      options.series,   options.profiles,
+      options.alerting, options.datasets};
   InstallMonitoringRoutes(routes, services);
   InstallDashboardRoutes(routes, options.web_dir);
   InstallUserRoutes(routes, services);
@@ -27,6 +28,7 @@ std::vector<RouteInfo> InstallApi(http::Server& http, Cluster& cluster, LogStore
   InstallTenancyRoutes(routes, services);
   InstallRunRoutes(routes, services);
   InstallAlertRoutes(routes, services);
+  InstallDatasetRoutes(routes, services);
   InstallAgentRoutes(routes, services);
   return routes.list();
 }

@@ -40,6 +40,7 @@
 #include "server/api/tenancy.h"
 #include "server/api/users.h"
 #include "server/cluster.h"
+#include "server/datasets.h"
 #include "server/logs.h"
 #include "server/profiles.h"
 
@@ -66,6 +67,9 @@ struct ApiOptions {
   // Where the dashboard's files come from (web_assets.h): empty, the copy built into
   // the binary; else this directory, read on every request (--web-dir).
   std::string web_dir{};
+  // Datasets and their versions; without it the /datasets endpoints answer 503 and a
+  // job that names data is refused.
+  DatasetRegistry* datasets = nullptr;
 };
 
 // Installs every route on `http` and returns them (the authorization matrix test

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/spec_codec.h"
+#include "data/manifest.h"
 #include "server/api.h"
 #include "server/cluster_testing.h"
 #include "server/http_testing.h"
@@ -116,9 +117,12 @@ class AuthzTest : public ::testing::Test {
     auto alerting = Alerting::Open(cluster_.get(), &clock_, ao);
     ASSERT_TRUE(alerting.ok()) << alerting.status().ToString();
     alerting_ = std::move(*alerting);
-    routes_ =
-        InstallApi(http_, *cluster_, *logs_, *access_,
-                   ApiOptions{"join-secret", series_.get(), profiles_.get(), alerting_.get()});
+    auto datasets = DatasetRegistry::Open(&store_, &clock_);
+    ASSERT_TRUE(datasets.ok()) << datasets.status().ToString();
+    datasets_ = std::move(*datasets);
+    routes_ = InstallApi(http_, *cluster_, *logs_, *access_,
+                         ApiOptions{"join-secret", series_.get(), profiles_.get(), alerting_.get(),
+                                    "", datasets_.get()});
     port_ = serving_.Start(http_);
     ASSERT_GT(port_, 0);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -210,6 +214,15 @@ class AuthzTest : public ::testing::Test {
     EXPECT_TRUE(profiles_->Report(chunk).ok());
     return "/api/v1/jobs/" + id + "/profiles/" + r->id;
   }
+  // A manifest the registry accepts (of no files).
+  static std::string EmptyManifest() { return data::ManifestToText(data::Manifest{}); }
+  // A new dataset of `scope`'s tenant; its name.
+  std::string NewDataset(Scope scope) {
+    const std::string name = Fresh();
+    RegisterDataset r{name, TenantOf(scope), "/shared/" + name, "", EmptyManifest()};
+    EXPECT_TRUE(datasets_->Register(admin_, r).ok());
+    return name;
+  }
   // A new empty queue of `scope`'s tenant, to change or delete.
   std::string NewQueue(Scope scope) {
     const std::string name = Fresh();
@@ -241,6 +254,7 @@ class AuthzTest : public ::testing::Test {
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<Alerting> alerting_;
   std::unique_ptr<AccessControl> access_;
+  std::unique_ptr<DatasetRegistry> datasets_;
   Principal admin_;
   std::map<std::string, std::string> tokens_;  // user -> token text
   std::vector<RouteInfo> routes_;
@@ -488,6 +502,39 @@ const std::map<std::string, Rule>& Rules() {
           return Request{"/api/v1/tokens/" + t.NewToken(c, s), ""};
         },
         SelfOrTenantAdmin}},
+      {"GET /api/v1/datasets", ClusterRead("/api/v1/datasets")},
+      {"POST /api/v1/datasets",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          const std::string name = t.Fresh();
+          return Request{"/api/v1/datasets", json{{"name", name},
+                                                  {"tenant", AuthzTest::TenantOf(s)},
+                                                  {"source", "/shared/" + name},
+                                                  {"manifest", AuthzTest::EmptyManifest()}}
+                                                 .dump()};
+        },
+        // As submitting: a tenant's members register its data.
+        [](Role r, Scope s) {
+          return r == Role::kClusterAdmin || (r != Role::kViewer && s == Scope::kOwnTenant);
+        }}},
+      {"GET /api/v1/datasets/([^/]+)",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/datasets/" + t.NewDataset(s), ""};
+        },
+        TenantReader}},
+      {"GET /api/v1/datasets/([^/]+)/manifest",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/datasets/" + t.NewDataset(s) + "/manifest", ""};
+        },
+        TenantReader}},
+      {"DELETE /api/v1/datasets/([^/]+)",
+       {kTenants,
+        [](AuthzTest& t, const Caller&, Scope s) {
+          return Request{"/api/v1/datasets/" + t.NewDataset(s), ""};
+        },
+        TenantAdmin}},
       {"GET /api/v1/audit",
        {kTenants,
         [](AuthzTest&, const Caller&, Scope s) {
@@ -680,10 +727,10 @@ TEST_F(AuthzTest, MembersSubmitToTheirTenantAndOnlyGrantedPriorityClasses) {
   EXPECT_THAT(Error(body), HasSubstr("has no queue \"mine\""));
 
   Principal admin = admin_;
-  ASSERT_TRUE(
-      access_->UpdateUser(admin, "vision-member",
-                          UserChange{.priority_classes = std::vector<std::string>{"p0"}})
-          .ok());
+  ASSERT_TRUE(access_
+                  ->UpdateUser(admin, "vision-member",
+                               UserChange{.priority_classes = std::vector<std::string>{"p0"}})
+                  .ok());
   EXPECT_EQ(Call("POST", tokens_["vision-member"],
                  {"/api/v1/jobs", R"({"name": "a", "command": ["x"], "priority": "p0"})"}, &body),
             201)
@@ -702,8 +749,8 @@ TEST_F(AuthzTest, AUsersOwnIdentityIsAClusterAdminsToSetAndGoesWithItsJobs) {
             400);
   EXPECT_THAT(Error(body), HasSubstr("user.run_as: must be \"UID:GID\""));
   EXPECT_THAT(Error(body), HasSubstr("got \"3001\""));
-  EXPECT_EQ(Call("PATCH", tokens_["admin"],
-                 {"/api/v1/users/vision-member", R"({"run_as": "0:0"})"}, &body),
+  EXPECT_EQ(Call("PATCH", tokens_["admin"], {"/api/v1/users/vision-member", R"({"run_as": "0:0"})"},
+                 &body),
             400);
   EXPECT_THAT(Error(body), HasSubstr("a user may not run as root"));
 
@@ -723,9 +770,9 @@ TEST_F(AuthzTest, AUsersOwnIdentityIsAClusterAdminsToSetAndGoesWithItsJobs) {
   EXPECT_EQ((*stored)->run_as_uid, 3001);
 
   // "" hands the user back to its tenant's identity; its next jobs carry none.
-  ASSERT_EQ(Call("PATCH", tokens_["admin"],
-                 {"/api/v1/users/vision-member", R"({"run_as": ""})"}, &body),
-            200)
+  ASSERT_EQ(
+      Call("PATCH", tokens_["admin"], {"/api/v1/users/vision-member", R"({"run_as": ""})"}, &body),
+      200)
       << body;
   EXPECT_TRUE(json::parse(body)["run_as"].is_null());
   ASSERT_EQ(Call("POST", tokens_["vision-member"],

@@ -188,8 +188,10 @@ Status Server::Start() {
     ao.diagnose.heartbeat_lost = 3 * ClusterOptions{}.heartbeat_interval;
     TY_ASSIGN_OR_RETURN(alerting_, Alerting::Open(cluster_.get(), &clock_, std::move(ao)));
   }
+  TY_ASSIGN_OR_RETURN(datasets_, DatasetRegistry::Open(store_.get(), &clock_));
   InstallApi(*http_, *cluster_, *logs_, *access_,
-             ApiOptions{token_, series_.get(), profiles_.get(), alerting_.get(), opt_.web_dir});
+             ApiOptions{token_, series_.get(), profiles_.get(), alerting_.get(), opt_.web_dir,
+                        datasets_.get()});
   if (opt_.port == 0) {
     port_ = http_->BindToAnyPort(opt_.host);
     if (port_ <= 0) return Unavailable("cannot bind " + opt_.host + " to any port");

@@ -22,6 +22,7 @@
 #include "server/alerting.h"
 #include "server/clock.h"
 #include "server/cluster.h"
+#include "server/datasets.h"
 #include "server/logs.h"
 #include "server/profiles.h"
 #include "store/store.h"
@@ -148,6 +149,7 @@ class Server {
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<track::SeriesStore> series_;
   std::unique_ptr<Alerting> alerting_;
+  std::unique_ptr<DatasetRegistry> datasets_;
   std::unique_ptr<http::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;

@@ -82,7 +82,12 @@ RunRecord BuildRun(const Job& job, const std::map<std::string, std::string>& log
     if (IsTerminal(job.state)) r.end_time = job.attempts.back().end_time;
   }
   r.code = spec.experiment.code;
-  r.data_version = spec.experiment.data_version;
+  // The datasets the job read, exactly (the server resolved each to its version at
+  // submission); else what the spec's experiment says of its data.
+  for (const DataSpec& d : spec.data) {
+    r.data_version += (r.data_version.empty() ? "" : ",") + d.dataset + "@" + d.version;
+  }
+  if (r.data_version.empty()) r.data_version = spec.experiment.data_version;
   r.command = spec.command;
   r.command.insert(r.command.end(), spec.args.begin(), spec.args.end());
   r.replicas = spec.replicas;

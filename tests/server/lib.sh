@@ -4,7 +4,8 @@
 #
 # The sourcing script sets T (the trainyard binary) and CASE, and may set
 # NODE_TIMEOUT (default 3s), NODE_LOST_GRACE (default 8s), SERVER_FLAGS (an array of more
-# `trainyard server` flags) and define fail_extra (more to print on failure).
+# `trainyard server` flags), AGENT_FLAGS (more `trainyard agent` flags for
+# start_repo_agent) and define fail_extra (more to print on failure).
 WORK=$(mktemp -d /tmp/trainyard-e2e-XXXXXX)
 D=$WORK/server
 export TRAINYARD_DATA_DIR=$D
@@ -76,7 +77,8 @@ start_repo_agent() {  # NAME: 2 simulated H100s, from the repository root ($REPO
   # `trainyard up` run there would start it, so job specs' relative paths resolve
   (cd "$REPO" && exec "$T" agent $(unmapped_run_as) --server "$(cat "$D/server.url")" \
     --join-token "$(cat "$D/join-token")" --name "$1" --data-dir "$WORK/agents/$1" \
-    --simulated-gpus 2 --gpu-type H100 --cpus 2 >>"$WORK/agent-$1.log" 2>&1) &
+    --simulated-gpus 2 --gpu-type H100 --cpus 2 ${AGENT_FLAGS[@]+"${AGENT_FLAGS[@]}"} \
+    >>"$WORK/agent-$1.log" 2>&1) &
   PIDS+=("$!")
 }
 

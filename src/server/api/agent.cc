@@ -190,11 +190,24 @@ Result<Reply> UploadProfile(const ApiServices& s, const Request& req) {
                reply.next_offset, std::string(ProfileStateName(reply.state)), reply.message}));
 }
 
+// The manifest of a dataset version an agent stages (docs/datasets.md, "Staging").
+Result<Reply> GetManifest(const ApiServices& s, const Request& req) {
+  if (s.datasets == nullptr) return Unavailable("this server keeps no datasets");
+  TY_ASSIGN_OR_RETURN(json j, ParseJsonBody(req.body, "manifest"));
+  TY_RETURN_IF_ERROR(CheckBodyKeys(j, "manifest", {"version"}));
+  TY_ASSIGN_OR_RETURN(std::optional<std::string> version,
+                      StringField(j, "manifest", "version", 71));
+  if (!version) return InvalidArgument("manifest.version: required");
+  TY_ASSIGN_OR_RETURN(std::string text, s.datasets->ManifestOfVersion(*version));
+  return Reply::Json(200, nlohmann::ordered_json{{"version", *version}, {"manifest", text}});
+}
+
 }  // namespace
 
 void InstallAgentRoutes(Routes& routes, const ApiServices& s) {
   routes.Agent("POST", V1("/agent/register"), Bind(s, RegisterNode));
   routes.Agent("POST", V1("/agent/heartbeat"), Bind(s, TakeHeartbeat));
+  routes.Agent("POST", V1("/agent/manifest"), Bind(s, GetManifest));
   routes.AgentLater(V1("/agent/poll"), [s](const Request& req, const Routes::Answer& answer) {
     PollCommands(s, req, answer);
   });

@@ -90,6 +90,25 @@ std::vector<RouteCase> AgentRouteCases() {
                    Error("unknown node n9"));
          EXPECT_EQ(f.CallAs("", "POST", "/api/v1/agent/heartbeat", "{}").body, kNoJoinToken);
        }},
+      {"POST /api/v1/agent/manifest",
+       [](ApiFixture& f) {
+         const std::string text = "trainyard-manifest 1\n" + std::string(64, 'a') + " 3 1 f0\n";
+         Answer r = f.Call("POST", "/api/v1/datasets",
+                           json{{"name", "d"}, {"source", "/shared/d"}, {"manifest", text}}.dump());
+         ASSERT_EQ(r.status, 201) << r.text;
+         const std::string version = r.body["version"];
+         Answer a = f.Agent("/api/v1/agent/manifest", json{{"version", version}}.dump());
+         ASSERT_EQ(a.status, 200) << a.text;
+         EXPECT_EQ(a.body, json({{"version", version}, {"manifest", text}}));
+         a = f.Agent("/api/v1/agent/manifest",
+                     json{{"version", "sha256:" + std::string(64, 'f')}}.dump());
+         EXPECT_EQ(a.status, 404);
+         EXPECT_THAT(a.text, HasSubstr("no manifest of dataset version"));
+         a = f.Agent("/api/v1/agent/manifest", R"({"version": "v1"})");
+         EXPECT_EQ(a.status, 400);
+         EXPECT_THAT(a.body["error"].get<std::string>(),
+                     HasSubstr("manifest.version: must be sha256:<64 hex>, got \"v1\""));
+       }},
       {"POST /api/v1/agent/poll",
        [](ApiFixture& f) {
          EXPECT_EQ(f.Agent("/api/v1/agent/poll", R"({"node": "n1", "wait_ms": 0})").body,

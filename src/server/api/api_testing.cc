@@ -93,8 +93,12 @@ void ApiFixture::SetUp() {
   node.simulated = true;
   ASSERT_TRUE(cluster_->Register(node).ok());
 
-  routes_ = InstallApi(http_, *cluster_, *logs_, *access_,
-                       ApiOptions{kJoinToken, series_.get(), profiles_.get(), alerting_.get()});
+  auto datasets = DatasetRegistry::Open(&store_, &clock_);
+  ASSERT_TRUE(datasets.ok()) << datasets.status().message();
+  datasets_ = std::move(*datasets);
+  routes_ = InstallApi(
+      http_, *cluster_, *logs_, *access_,
+      ApiOptions{kJoinToken, series_.get(), profiles_.get(), alerting_.get(), "", datasets_.get()});
   port_ = serving_.Start(http_);
   ASSERT_GT(port_, 0);
   client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);

@@ -83,6 +83,7 @@ class ApiFixture : public ::testing::Test {
   std::unique_ptr<track::SeriesStore> series_;
   std::unique_ptr<ProfileStore> profiles_;
   std::unique_ptr<Alerting> alerting_;
+  std::unique_ptr<DatasetRegistry> datasets_;
   std::string admin_token_;
   std::string member_token_;
   std::vector<RouteInfo> routes_;
@@ -107,6 +108,7 @@ std::vector<RouteCase> ProfileRouteCases();
 std::vector<RouteCase> RunRouteCases();
 std::vector<RouteCase> TenancyRouteCases();
 std::vector<RouteCase> UserRouteCases();
+std::vector<RouteCase> DatasetRouteCases();
 
 // {"error": message}.
 inline nlohmann::json Error(const std::string& message) { return {{"error", message}}; }

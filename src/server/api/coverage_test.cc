@@ -16,7 +16,7 @@ std::vector<RouteCase> AllCases() {
   std::vector<RouteCase> all;
   for (auto cases :
        {AgentRouteCases, AlertRouteCases, JobRouteCases, MonitoringRouteCases, NodeRouteCases,
-        ProfileRouteCases, RunRouteCases, TenancyRouteCases, UserRouteCases}) {
+        ProfileRouteCases, RunRouteCases, TenancyRouteCases, UserRouteCases, DatasetRouteCases}) {
     for (RouteCase& c : cases()) all.push_back(std::move(c));
   }
   return all;

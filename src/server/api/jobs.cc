@@ -362,10 +362,22 @@ Status AuthorizeSubmission(const Principal& who, const std::vector<PriorityClass
   return Status::Ok();
 }
 
+// The datasets the specs read, resolved to exact versions and their sources.
+Status ResolveData(const ApiServices& s, std::vector<JobSpec>& specs) {
+  bool any = false;
+  for (const JobSpec& spec : specs) any = any || !spec.data.empty();
+  if (!any) return Status::Ok();
+  if (s.datasets == nullptr) {
+    return FailedPrecondition("data: this server keeps no datasets; remove data: from the spec");
+  }
+  return s.datasets->Resolve(specs);
+}
+
 Result<Reply> Submit(const ApiServices& s, const Request& req, Call& call) {
   TY_ASSIGN_OR_RETURN(SubmitRequestParams parsed, ParseSubmit(req.body, req.params));
   TY_RETURN_IF_ERROR(
       AuthorizeSubmission(call.who, s.cluster.ListPriorityClasses(), parsed.specs, call));
+  TY_RETURN_IF_ERROR(ResolveData(s, parsed.specs));
   SubmitOptions so;
   so.may_create_queues = call.who.role == Role::kClusterAdmin;
   so.audit = call.audit;

@@ -11,6 +11,7 @@
 #include "server/alerting.h"
 #include "server/api/routes.h"
 #include "server/cluster.h"
+#include "server/datasets.h"
 #include "server/ingest.h"
 #include "server/logs.h"
 #include "server/profiles.h"
@@ -29,6 +30,7 @@ struct ApiServices {
   track::SeriesStore* series = nullptr;  // experiment tracking (the /runs routes)
   ProfileStore* profiles = nullptr;      // on-demand profiles
   Alerting* alerting = nullptr;          // alert rules and diagnosis
+  DatasetRegistry* datasets = nullptr;   // datasets (the /datasets routes, jobs' data)
 };
 
 // A route's handler as a function of the services: Bind(services, GetJob).
