@@ -58,6 +58,9 @@ struct Node {
   Topology topology;
   NodeState state = NodeState::kReady;
   std::string state_reason;  // why it is not Ready, for people
+  // Dataset versions its agent's cache holds ready ("sha256:<hex>", sorted), as its
+  // latest heartbeat said (docs/datasets.md): for placement's locality; not stored.
+  std::vector<std::string> cached_data;
 
   // Capacity as a Resources value; gpu_type/gpu_memory from the first GPU (nodes
   // are homogeneous in GPU model; Validate enforces it).

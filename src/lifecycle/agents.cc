@@ -211,6 +211,18 @@ Status ApplyHeartbeat(Ctx& c, const AgentHeartbeat& ev) {
   for (JobId id : touched) TY_RETURN_IF_ERROR(Evaluate(c, id));
   // Data staged (or failing) here may let a waiting gang start (or end its attempt).
   n.datasets = hb.datasets;
+  {
+    std::vector<std::string> cached;
+    for (const protocol::DatasetStatus& d : hb.datasets) {
+      if (d.state == protocol::DatasetState::kReady) cached.push_back(d.version);
+    }
+    std::sort(cached.begin(), cached.end());
+    if (cached != n.node.cached_data) {
+      n.node.cached_data = std::move(cached);
+      c.TouchNode(hb.node);  // the scheduler prefers nodes holding a job's data
+      c.Dirty();
+    }
+  }
   if (!c.s.staging.empty()) {
     const std::vector<JobId> waiting(c.s.staging.begin(), c.s.staging.end());
     for (JobId id : waiting) {

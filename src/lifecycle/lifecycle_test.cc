@@ -308,6 +308,9 @@ TEST_F(StagingTest, TheGangStartsOnlyOnceEveryNodeHoldsItsData) {
     EXPECT_TRUE(cmds[0].start.data[0].stage_local);
   }
   EXPECT_EQ(state_.jobs.at(id).job.reason, "starting 2 rank(s): data staged");
+  // What each node holds is what the scheduler's locality sees.
+  EXPECT_EQ(state_.nodes.at("node-1").node.cached_data, std::vector<std::string>{kVersion});
+  EXPECT_THAT(state_.snapshot.current().nodes[1].cached_data, ElementsAre(kVersion));
 }
 
 TEST_F(StagingTest, DataAlreadyCachedStartsAtOnceAndAFailedStagingFailsTheAttempt) {

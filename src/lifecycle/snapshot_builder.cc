@@ -76,6 +76,9 @@ sched::PendingJob PendingView(const Job& job, const PriorityClass* pc,
   p.eligible_time = sched::EligibleTime(job);
   p.time_limit = job.spec.time_limit;
   p.excluded_nodes = sched::ExcludedNodes(job);
+  for (const DataSpec& d : job.spec.data) {
+    if (d.stage == DataStage::kLocal) p.data_versions.push_back(d.version);
+  }
   p.held = job.held;
   return p;
 }

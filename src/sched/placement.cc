@@ -10,7 +10,9 @@ namespace trainyard::sched {
 namespace {
 
 bool Excluded(const GangRequest& req, int n) {
-  return !req.excluded.empty() && std::binary_search(req.excluded.begin(), req.excluded.end(), n);
+  return (!req.excluded.empty() &&
+          std::binary_search(req.excluded.begin(), req.excluded.end(), n)) ||
+         (!req.only.empty() && !std::binary_search(req.only.begin(), req.only.end(), n));
 }
 
 // Picks `gpus` GPU positions out of `free`: the tightest NVLink domain that holds

@@ -62,6 +62,7 @@ struct GangRequest {
   int max_replicas = 1;  // place up to this many
   TopologySpec topology;
   std::span<const int32_t> excluded;  // sorted node indices; empty: none
+  std::span<const int32_t> only;      // sorted node indices it must use; empty: any
 };
 
 struct GangPlacement {

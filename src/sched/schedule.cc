@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <queue>
 #include <span>
@@ -306,6 +307,17 @@ class Pass {
     // recorded.
     const bool cacheable = c.excl_count == 0 && req.max_replicas == ShapeReq(c).max_replicas;
     if (!KnownMisfit(c)) {
+      // Locality: a job reading data staged to local disk goes to nodes that hold it
+      // already when its whole gang fits there (its topology and gang rules as ever);
+      // else wherever it fits, and the data is staged there.
+      if (std::span<const int32_t> cached = CachedNodes(c); !cached.empty()) {
+        GangRequest local = req;
+        local.only = cached;
+        if (auto p = PlaceGang(index_, local, style_)) {
+          Bind(c, *p);
+          return;
+        }
+      }
       if (auto p = PlaceGang(index_, req, style_)) {
         Bind(c, *p);
         return;
@@ -370,6 +382,36 @@ class Pass {
   }
   // A shape found not to fit stays so for the rest of the pass; the dominance test
   // runs at most once per shape until then.
+  // The nodes (index ids, sorted) whose dataset cache holds every version `c`'s job
+  // reads staged; empty when it reads none or no node holds them all.
+  std::span<const int32_t> CachedNodes(const JobCtx& c) {
+    const PendingJob& job = *c.job;
+    if (job.data_versions.empty()) return {};
+    if (!cached_gathered_) {
+      cached_gathered_ = true;
+      for (const Node& n : snap_.nodes) {
+        const int id = index_.NodeByName(n.name);
+        if (id < 0) continue;
+        for (const std::string& v : n.cached_data) cached_[v].push_back(id);
+      }
+      for (auto& [v, ids] : cached_) std::sort(ids.begin(), ids.end());
+    }
+    locality_.clear();
+    for (size_t i = 0; i < job.data_versions.size(); ++i) {
+      auto it = cached_.find(job.data_versions[i]);
+      if (it == cached_.end()) return {};
+      if (i == 0) {
+        locality_ = it->second;
+        continue;
+      }
+      std::vector<int32_t> both;
+      std::set_intersection(locality_.begin(), locality_.end(), it->second.begin(),
+                            it->second.end(), std::back_inserter(both));
+      locality_.swap(both);
+    }
+    return locality_;
+  }
+
   bool KnownMisfit(const JobCtx& c) {
     ShapeInfo& info = shapes_[c.shape];
     if (!info.misfit && Dominated(misfit_, CoarseKey(c), Needs(c))) info.misfit = true;
@@ -921,6 +963,12 @@ class Pass {
   std::vector<int32_t> waiting_pos_;    // per out_.waiting entry: its job's snapshot position
   bool pending_by_id_ = true;           // the snapshot lists pending jobs by ascending id
   std::vector<int32_t> excluded_pool_;  // every job's excluded nodes, sorted per job
+  // Locality: the nodes whose dataset cache holds each version (index ids, sorted),
+  // gathered at the first job of the pass that reads staged data; and the nodes
+  // holding every version of the job being placed.
+  bool cached_gathered_ = false;
+  std::map<std::string_view, std::vector<int32_t>> cached_;
+  std::vector<int32_t> locality_;
   std::vector<std::pair<std::string_view, int16_t>> type_memo_;  // views of the snapshot
   std::vector<int32_t> shape_slots_;  // hash table of shape ids (-1: empty), size 2^k
   std::vector<Key> shape_keys_;       // by shape id

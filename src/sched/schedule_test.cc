@@ -128,6 +128,55 @@ TEST(ScheduleTest, ANodeExcludedTwiceCountsOnce) {
               HasSubstr("the whole cluster holds at most 2 (excluding its 1 excluded node(s))"));
 }
 
+TEST(ScheduleTest, AJobReadingStagedDataPrefersNodesHoldingItButNeverWaitsForThem) {
+  const std::string imagenet = "sha256:" + std::string(64, 'a');
+  const std::string coco = "sha256:" + std::string(64, 'c');
+  // Best fit alone puts a 4-GPU job on n4 (4 GPUs) rather than n8 (8 GPUs).
+  auto cluster = [&] {
+    Snapshot s;
+    s.nodes.push_back(MakeNode("n4", 4));
+    s.nodes.push_back(MakeNode("n8", 8));
+    s.nodes[1].cached_data = {imagenet};
+    return s;
+  };
+  Snapshot s = cluster();
+  PendingJob reader = Pending(1, 1, 4);
+  reader.data_versions = {imagenet};
+  PendingJob plain = Pending(2, 1, 4);
+  s.pending = {reader, plain};
+  Decisions d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 2u);
+  EXPECT_EQ(d.binds[0].replicas[0].node, "n8");  // holds its data
+  EXPECT_EQ(d.binds[1].replicas[0].node, "n4");  // best fit, as ever
+
+  // A gang that does not fit on the nodes holding its data goes where it fits.
+  s = cluster();
+  PendingJob gang = Pending(3, 3, 4);  // n8 holds two replicas, not three
+  gang.data_versions = {imagenet};
+  s.pending = {gang};
+  d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 1u);
+  EXPECT_EQ(d.binds[0].replicas.size(), 3u);
+  // No node holds both of its versions: no preference, best fit.
+  s = cluster();
+  PendingJob both = Pending(4, 1, 4);
+  both.data_versions = {imagenet, coco};
+  s.pending = {both};
+  d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 1u);
+  EXPECT_EQ(d.binds[0].replicas[0].node, "n4");
+  // A hard topology rule still wins: same-node cannot use n8 and n4 together.
+  s = cluster();
+  PendingJob pinned = Pending(5, 2, 4);
+  pinned.data_versions = {imagenet};
+  pinned.topology.constraint = TopologyConstraint::kSameNode;
+  s.pending = {pinned};
+  d = Schedule(s, Policy{});
+  ASSERT_EQ(d.binds.size(), 1u);
+  EXPECT_EQ(d.binds[0].replicas[0].node, "n8");
+  EXPECT_EQ(d.binds[0].replicas[1].node, "n8");
+}
+
 TEST(ScheduleTest, IsDeterministic) {
   Snapshot s;
   s.now = T(1000);

@@ -62,6 +62,9 @@ struct PendingJob {
   Timestamp eligible_time{};  // not before this (retry backoff); <= now when eligible
   Duration time_limit{0};     // 0: none; such a job cannot backfill ahead of a reservation
   std::vector<std::string> excluded_nodes;
+  // The dataset versions it reads staged to local disk (stage: local): nodes whose
+  // cache holds them all are preferred (Node::cached_data).
+  std::vector<std::string> data_versions;
   bool held = false;
   Duration attained_service{0};  // GPU-time received so far (for least-attained-service)
 

@@ -273,6 +273,10 @@ class Replayer {
     s.topology = j.topology;
     s.time_limit = j.time_limit;
     s.checkpoint.preempt_grace = j.preempt_grace;
+    for (const std::string& d : j.data) {
+      s.data.push_back(
+          {d, ScenarioDataVersion(d), "/data/" + d, DataStage::kLocal, "/scenario/" + d});
+    }
     return s;
   }
 

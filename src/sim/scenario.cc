@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <set>
 
@@ -26,7 +27,7 @@ const std::vector<std::string_view> kPolicyFields = {
     "restart_cost", "max_victims",  "max_preemption_searches"};
 const std::vector<std::string_view> kNodeFields = {
     "name",   "count", "gpus", "gpu_type",     "gpu_memory", "cpus",
-    "memory", "spine", "leaf", "nvlink_group", "state"};
+    "memory", "spine", "leaf", "nvlink_group", "state",      "cached_data"};
 const std::vector<std::string_view> kQueueFields = {"name",       "tenant", "parent",
                                                     "guaranteed", "limit",  "weight"};
 const std::vector<std::string_view> kClassFields = {"name", "value", "preemptible"};
@@ -48,7 +49,8 @@ const std::vector<std::string_view> kJobFields = {"id",
                                                   "duration",
                                                   "checkpoint_interval",
                                                   "preempt_grace",
-                                                  "exclude"};
+                                                  "exclude",
+                                                  "data"};
 const std::vector<std::string_view> kStepFields = {"at",   "submit",  "finish",    "checkpoint",
                                                    "hold", "release", "node_state"};
 const std::vector<std::string_view> kNodeStates = {"Ready", "Cordoned", "Draining", "NotReady",
@@ -222,6 +224,7 @@ class ScenarioReader : public YamlFieldReader {
       const std::string at = Indexed("nodes", i);
       if (!Map(g, at, kNodeFields)) continue;
       std::string name, gpu_type, spine, leaf, state_name = "Ready";
+      std::vector<std::string> cached;
       int64_t count = 0, gpus = 0, nvlink = 0, cpus = 0, memory = 0, gpu_memory = 80 * kGiB;
       bool has_count = false, ok = true, name_given = false, name_ok = false;
       ForEachField(g, at, kNodeFields, [&](const std::string& key, const YAML::Node& x) {
@@ -250,6 +253,8 @@ class ScenarioReader : public YamlFieldReader {
           r = Int(x, f, 0, static_cast<int64_t>(kMaxGpusPerNode), nvlink);
         } else if (key == "state") {
           r = Choice(x, f, kNodeStates, state_name);
+        } else if (key == "cached_data") {
+          r = DatasetList(x, f, cached);
         }
         ok = ok && r;
       });
@@ -302,6 +307,8 @@ class ScenarioReader : public YamlFieldReader {
         node.topology.spine = spine;
         node.topology.leaf = leaf;
         node.state = *ParseNodeState(state_name);
+        for (const std::string& d : cached) node.cached_data.push_back(ScenarioDataVersion(d));
+        std::sort(node.cached_data.begin(), node.cached_data.end());
         if (node.state != NodeState::kReady) node.state_reason = "scenario";
         out.push_back(std::move(node));
       }
@@ -490,6 +497,8 @@ class ScenarioReader : public YamlFieldReader {
           r = DurationField(x, f, j.preempt_grace);
         } else if (key == "exclude") {
           r = NodeList(x, f, j.exclude);
+        } else if (key == "data") {
+          r = DatasetList(x, f, j.data);
         }
         ok = ok && r;
       });
@@ -528,6 +537,21 @@ class ScenarioReader : public YamlFieldReader {
       }
       sc.jobs.push_back(std::move(j));
     }
+  }
+
+  // A list of dataset names (scenarios name data by dataset; each stands for one version).
+  bool DatasetList(const YAML::Node& x, const std::string& f, std::vector<std::string>& out) {
+    if (!List(x, f)) return false;
+    bool ok = true;
+    for (size_t k = 0; k < x.size(); ++k) {
+      std::string n;
+      if (!Name(x[k], Indexed(f, k), n)) {
+        ok = false;
+        continue;
+      }
+      out.push_back(n);
+    }
+    return ok;
   }
 
   bool NodeList(const YAML::Node& x, const std::string& f, std::vector<std::string>& out) {
@@ -740,6 +764,25 @@ void SortByLine(std::vector<Diagnostic>& errors) {
 }
 
 }  // namespace
+
+std::string ScenarioDataVersion(std::string_view dataset) {
+  // Four FNV-1a hashes of the name with different seeds: 64 hex digits that stand for
+  // the version (scenarios have no content to hash, and the CLI that replays them
+  // loads no crypto library).
+  std::string out = "sha256:";
+  for (uint64_t seed : {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull, 0x9e3779b97f4a7c15ull,
+                        0xc2b2ae3d27d4eb4full}) {
+    uint64_t h = seed;
+    for (char c : dataset) {
+      h ^= static_cast<unsigned char>(c);
+      h *= 0x100000001b3ull;
+    }
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    out += buf;
+  }
+  return out;
+}
 
 ScenarioParseResult ParseScenario(std::string_view text, std::string_view file) {
   ScenarioParseResult result;

@@ -73,6 +73,10 @@
 
 namespace trainyard::sim {
 
+// The version a scenario's dataset name stands for ("sha256:" and 64 hex digits derived
+// from the name): nodes' `cached_data` and jobs' `data` name datasets, not versions.
+std::string ScenarioDataVersion(std::string_view dataset);
+
 struct ScenarioJob {
   JobId id = 0;
   std::string name;  // default "job-<id>"
@@ -88,7 +92,10 @@ struct ScenarioJob {
   Duration checkpoint_interval{0};   // 0: never checkpoints by itself
   Duration preempt_grace{0};         // how long it holds its GPUs once preempted
   std::vector<std::string> exclude;  // node names
-  int line = 0;                      // where it is defined
+  // Datasets it reads staged to local disk (ScenarioDataVersion names their version):
+  // placement prefers nodes whose `cached_data` holds them.
+  std::vector<std::string> data;
+  int line = 0;  // where it is defined
 };
 
 // What one step does before its scheduling pass, with where each list was written.
