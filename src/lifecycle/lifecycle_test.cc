@@ -282,6 +282,8 @@ TEST_F(StagingTest, TheGangStartsOnlyOnceEveryNodeHoldsItsData) {
     EXPECT_TRUE(cmds[0].stage[0].stage_local);
   }
   EXPECT_EQ(state_.jobs.at(id).job.state, JobState::kStarting);
+  EXPECT_EQ(state_.jobs.at(id).job.reason,
+            "staging data on 2 node(s): waiting for the nodes to start copying");
   // One node done, the other half way: no start yet, and the reason says how far.
   Cache("node-0", protocol::DatasetState::kReady, 1000);
   Cache("node-1", protocol::DatasetState::kStaging, 500);

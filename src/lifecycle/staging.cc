@@ -60,12 +60,13 @@ Status AdvanceStaging(Ctx& c, JobEntry& e) {
   }
   std::set<std::string> nodes;
   for (const Rank& r : g.ranks) nodes.insert(r.node);
-  int64_t done = 0, total = 0;
+  int64_t done = 0, total = 0, size = 0;  // over nodes; size: of the versions, once
   double slowest_rate = -1;
   std::string slowest;
   bool all_ready = true;
   for (const DataSpec& d : e.job.spec.data) {
     if (d.stage != DataStage::kLocal) continue;
+    int64_t version_size = 0;
     for (const std::string& node : nodes) {
       const NodeEntry* n = c.s.FindNode(node);
       const protocol::DatasetStatus* st = n == nullptr ? nullptr : StatusOn(*n, d.version);
@@ -81,6 +82,7 @@ Status AdvanceStaging(Ctx& c, JobEntry& e) {
       }
       done += st->state == protocol::DatasetState::kReady ? st->bytes_total : st->bytes_done;
       total += st->bytes_total;
+      version_size = std::max(version_size, st->bytes_total);
       if (st->state != protocol::DatasetState::kReady) {
         all_ready = false;
         if (slowest_rate < 0 || st->bytes_per_s < slowest_rate) {
@@ -89,14 +91,17 @@ Status AdvanceStaging(Ctx& c, JobEntry& e) {
         }
       }
     }
+    size += version_size;
   }
   if (!all_ready) {
     // Where it stands, for `jobs`, `job show` and the dashboard: kept in memory only
     // (heartbeats move it on every few seconds; the store keeps the bind's reason).
-    std::string reason = "staging data on " + std::to_string(nodes.size()) +
-                         " node(s): " + FormatSize(done) + " of " + FormatSize(total);
-    if (total > 0) {
-      reason += " (" + std::to_string(done * 100 / total) + "%)";
+    std::string reason = "staging data on " + std::to_string(nodes.size()) + " node(s): ";
+    if (total == 0) {
+      reason += "waiting for the nodes to start copying";
+    } else {
+      reason += FormatSize(done) + " of " + FormatSize(total) + " (" +
+                std::to_string(done * 100 / total) + "%)";
     }
     if (slowest_rate > 0) {
       const int64_t left_s =
@@ -123,7 +128,7 @@ Status AdvanceStaging(Ctx& c, JobEntry& e) {
   c.PutJob(e.job);
   c.AppendEvent(e.job.id, "server", "Staged",
                 "data staged on all " + std::to_string(nodes.size()) + " node(s) (" +
-                    FormatSize(total) + ") in " + FormatDuration(took) + "; starting");
+                    FormatSize(size) + " each) in " + FormatDuration(took) + "; starting");
   c.Touch(e.job.id);
   return Status::Ok();
 }

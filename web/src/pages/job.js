@@ -187,7 +187,7 @@ export async function mount(root, route, ctx) {
       ["Resources", resources(s)],
       ["Runs in", execution(s, job)],
       ...(s.data && s.data.length
-        ? [["Data", s.data.map((d) => `${d.dataset}@${d.version.slice(0, 19)} at ${d.mount}${d.stage === "local" ? " (staged to each node)" : ""}`).join("; ")]]
+        ? [["Data", s.data.map((d) => `${d.dataset}@${d.version.slice(0, 19)} ${s.image ? `at ${d.mount}` : `in $TRAINYARD_DATA_${d.dataset.toUpperCase().replace(/[.-]/g, "_")}`}${d.stage === "local" ? " (staged to each node)" : ""}`).join("; ")]]
         : []),
       ["Placement", job.placement && job.placement.length ? job.placement.map((p) => `${p.node}${p.gpus.length ? `[${p.gpus.join(",")}]` : ""}`).join(" ") : "–"],
       ["Checkpoint", ck && ck.completed_at_ms ? [`step ${ck.step}, `, when(ck.completed_at_ms), `, written in ${duration(ck.write_duration_ms)}`] : "none yet"],
