@@ -213,6 +213,14 @@ def wait_nodes(url, n, tries=600):
     raise RuntimeError(f"{n} nodes did not become Ready")
 
 
+def failed_jobs(url):
+    """How many jobs of the server ended Failed: a benchmark's jobs must all succeed for
+    its rate to mean anything (a job that fails at once finishes fast)."""
+    conn = connect(url)
+    page = json.loads(call(conn, "GET", "/api/v1/jobs?state=Failed&limit=10000")[1])
+    return len(page["jobs"])
+
+
 def wait_all_finished(url, poll=0.05):
     conn = connect(url)
     while True:
@@ -459,18 +467,26 @@ def bench_slurm(trainyard, work, runs, n, array=False, image=""):
                                  check=True).stdout.strip().splitlines()[-1]
             fields = dict(kv.split("=") for kv in out.split()[1:])
             slurm_rates.append(float(fields["completed_per_s"]))
+            failed_before = failed_jobs(url)
             sub, done = run_trainyard_jobs(trainyard, url, spec_file, n, array)
+            failed = failed_jobs(url) - failed_before
             ours_rates.append(n / done)
             print(f"{mode} run {r + 1}: {out}", flush=True)
             print(f"trainyard{'-array' if array else ''} run {r + 1}: jobs={n} submit_s={sub:.2f} "
                   + ("" if array else f"submit_per_s={n / sub:.1f} ")
-                  + f"all_done_s={done:.2f} completed_per_s={n / done:.1f}", flush=True)
+                  + f"all_done_s={done:.2f} completed_per_s={n / done:.1f} failed={failed}",
+                  flush=True)
             if image:
+                failed_before = failed_jobs(url)
                 sub, done = run_trainyard_jobs(trainyard, url, image_spec, n, array)
+                failed = failed_jobs(url) - failed_before
                 container_rates.append(n / done)
                 print(f"trainyard{'-array' if array else ''}-container run {r + 1}: jobs={n} "
-                      f"submit_s={sub:.2f} all_done_s={done:.2f} completed_per_s={n / done:.1f}",
-                      flush=True)
+                      f"submit_s={sub:.2f} all_done_s={done:.2f} completed_per_s={n / done:.1f}"
+                      f" failed={failed}", flush=True)
+                if failed:
+                    print(f"{mode}: {failed} container job(s) failed: this run's rate is not a "
+                          "measure of containers started", flush=True)
         s, o = statistics.median(slurm_rates), statistics.median(ours_rates)
         how = "as one job array (one CLI call)" if array else "one CLI call each"
         print(f"{mode} vs trainyard: {n} trivial 1-GPU jobs, {how}, 4 x 8 GPUs, "
