@@ -305,10 +305,12 @@ Status ApplyTick(Ctx& c, const Tick&) {
                          n->datasets.begin(), n->datasets.end(),
                          [&](const protocol::DatasetStatus& s) { return s.version == d.version; });
             });
-        for (Rank& other : e.gang->ranks) {
-          if (other.node == r.node && other.state == RankState::kStaging) other.sent_at = c.now;
+        if (!reported) {
+          for (Rank& other : e.gang->ranks) {
+            if (other.node == r.node && other.state == RankState::kStaging) other.sent_at = c.now;
+          }
+          SendStage(c, e, r.node);
         }
-        if (!reported) SendStage(c, e, r.node);
         continue;
       }
       if (r.state != RankState::kSent || c.now - r.sent_at < o.start_resend) continue;

@@ -636,12 +636,14 @@ Result<Effects> ApplyDecisions(ClusterState& state, const sched::Decisions& d,
         r.state = RankState::kStaging;
         r.sent_at = now;
       }
-      state.staging.insert(job.id);
+      const JobId id = job.id;  // Evaluate may end the job (and `job` with it)
+      state.staging.insert(id);
       internal::SendStage(c, *e);
-      s = internal::AdvanceStaging(c, *e);
-      if (!s.ok()) break;
-      c.Touch(job.id);
+      c.Touch(id);
       ++stats.binds;
+      s = internal::AdvanceStaging(c, *e);
+      if (s.ok() && e->gang->stopping != Stopping::kNone) s = internal::Evaluate(c, id);
+      if (!s.ok()) break;
       continue;
     }
     for (Rank& r : e->gang->ranks) {

@@ -349,6 +349,11 @@ TEST_F(StagingTest, DataAlreadyCachedStartsAtOnceAndAFailedStagingFailsTheAttemp
   hb.node = "node-1";
   hb.datasets.push_back({"imagenet", spec.data[0].version, protocol::DatasetState::kFailed, 0, 1000,
                          0, "dataset imagenet is 1000 B, more than node node-1's cache", 0});
+  // Just after the stage command, a failure may be an earlier attempt's: not yet.
+  Must(AgentHeartbeat{hb});
+  ASSERT_TRUE(state_.jobs.contains(id));
+  EXPECT_THAT(state_.jobs.at(id).job.reason, HasSubstr("staging data on 2 node(s)"));
+  now_ += seconds(6);
   Effects fx = Must(AgentHeartbeat{hb});
   // Not started anywhere, so nothing to stop: the attempt ends at once, failed.
   EXPECT_FALSE(state_.jobs.contains(id));

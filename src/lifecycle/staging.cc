@@ -21,6 +21,15 @@ const protocol::DatasetStatus* StatusOn(const NodeEntry& n, const std::string& v
   return nullptr;
 }
 
+// When `node` was last sent the gang's stage command (its staging ranks' sent_at).
+Timestamp StageSentAt(const Gang& g, const std::string& node) {
+  Timestamp at{};
+  for (const Rank& r : g.ranks) {
+    if (r.node == node && r.state == RankState::kStaging) at = std::max(at, r.sent_at);
+  }
+  return at;
+}
+
 std::string Rate(double bytes_per_s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f MB/s", bytes_per_s / 1e6);
@@ -72,6 +81,11 @@ Status AdvanceStaging(Ctx& c, JobEntry& e) {
       const protocol::DatasetStatus* st = n == nullptr ? nullptr : StatusOn(*n, d.version);
       if (st == nullptr) {
         all_ready = false;
+        continue;
+      }
+      if (st->state == protocol::DatasetState::kFailed &&
+          c.now - StageSentAt(g, node) < c.s.options.stage_failure_grace) {
+        all_ready = false;  // maybe an earlier attempt's failure (see the option)
         continue;
       }
       if (st->state == protocol::DatasetState::kFailed) {

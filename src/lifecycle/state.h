@@ -119,6 +119,10 @@ struct LifecycleOptions {
   Duration node_lost_grace{120'000};
   Duration stop_grace{10'000};    // SIGTERM -> SIGKILL for `stop` commands
   Duration start_resend{15'000};  // a rank not reported this long after its start: resend
+  // A node's report that staging failed counts only this long after the gang's stage
+  // command was sent: what it says before may be an earlier attempt's failure, from
+  // before its agent got the command that starts the staging again.
+  Duration stage_failure_grace{5'000};
   // The rules for paths in specs and reported checkpoints (core/spec_paths.h); its
   // checkpoint_root is where jobs that name no checkpoint.dir keep theirs.
   PathPolicy paths;
