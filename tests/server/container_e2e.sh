@@ -182,7 +182,7 @@ OOM=$(submit "$WORK/oom.yaml")
 wait_until "$OOM" 'j["state"] == "Failed"' 60 "the OOM kill"
 msg=$(job_field "$OOM" 'j["attempts"][0].get("message", "")')
 [[ $msg == *"OOMKilled: memory limit 48Mi"* ]] || fail "hog: attempt message '$msg'"
-grep "^ *$OOM " <<<"$("$T" jobs --all)" | grep -q OOMKilled || fail "jobs does not say OOMKilled: $("$T" jobs --all)"
+grep -q "^ *$OOM .*OOMKilled" <<<"$("$T" jobs --all)" || fail "jobs does not say OOMKilled: $("$T" jobs --all)"
 
 # --- 5. an image no node has -------------------------------------------------------------
 cat >"$WORK/missing.yaml" <<EOF

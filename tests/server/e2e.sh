@@ -233,10 +233,10 @@ command: ["/bin/true"]')" 2>&1); rc=$?
   [[ $rc -eq 2 && $out == *"TENANT/QUEUE"* ]] || fail "queue without tenant: rc=$rc $out"
   set -e
   as tina queues delete vision/train >/dev/null || fail "tina queues delete"
-  as tina queues | grep -q "train" && fail "train not deleted"
+  grep -q "train" <<<"$(as tina queues)" && fail "train not deleted"
   # Revoked: refused at once, with a message saying so.
   id=$(cut -c5-16 "$WORK/vera.token")
-  "$T" tokens --user vera -o json | grep -q "\"$id\"" || fail "vera's token not listed"
+  grep -q "\"$id\"" <<<"$("$T" tokens --user vera -o json)" || fail "vera's token not listed"
   "$T" tokens revoke "$id" >/dev/null || fail "revoke"
   set +e
   out=$(as vera jobs 2>&1); rc=$?

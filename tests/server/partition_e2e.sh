@@ -149,7 +149,7 @@ agent)
   HEALED=$(now)
   wait_node_state "$NODE" Ready 15
   BACK=$(now)
-  job_field "$JOB" 'j["state"] == "Running" and len(j["attempts"]) == 1' | grep -q True ||
+  grep -q True <<<"$(job_field "$JOB" 'j["state"] == "Running" and len(j["attempts"]) == 1')" ||
     fail "the job was disturbed by a short cut: $("$T" job show "$JOB" -o json | head -c 600)"
   kinds=$(events_of "$JOB")
   [[ $kinds == *"NodeUnreachable NodeReachable"* ]] || fail "events after a short cut: $kinds"
@@ -174,7 +174,7 @@ agent)
   heal "$NODE" app
   wait_node_state "$NODE" Ready 20
   sleep 2  # its reports of the old attempt arrive
-  job_field "$JOB" 'j["state"] == "Running" and len(j["attempts"]) == 2' | grep -q True ||
+  grep -q True <<<"$(job_field "$JOB" 'j["state"] == "Running" and len(j["attempts"]) == 2')" ||
     fail "the rejoining node disturbed attempt 1: $("$T" job show "$JOB" -o json | head -c 800)"
   # Never both at once: the last tick of attempt 0 comes before the first of attempt 1.
   "$PY" - "$TICKS" <<'PY' || fail "the two attempts ran at once"
@@ -257,7 +257,7 @@ leader-db)
   wait_node_state a1 Ready 20
 
   "$PY" "$CHECKS" acked "$WORK/acked" filler "$T" 20 || fail "after the take-over: see above"
-  job_field "$JOB" 'j["state"] == "Running" and len(j["attempts"]) == 1' | grep -q True ||
+  grep -q True <<<"$(job_field "$JOB" 'j["state"] == "Running" and len(j["attempts"]) == 1')" ||
     fail "the job was restarted or stopped: $("$T" job show "$JOB" -o json | head -c 600)"
   [[ $(ticks_of_after 0 "$LED") -gt 5 ]] || fail "the job stopped ticking"
   "$PY" "$CHECKS" gpus "$T" || fail "a GPU was bound twice"

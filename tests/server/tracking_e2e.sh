@@ -90,7 +90,7 @@ assert r["attempts"] == 1 and len(r["nodes"]) >= 1
 ' "$WORK/a.json" "$COMMIT" || fail "runs show $a: $(cat "$WORK/a.json")"
 [[ $("$T" runs show "$b" -o json | py 'import json,sys; print(json.load(sys.stdin)["code"])') == "$COMMIT-dirty" ]] ||
   fail "run $b: code is not $COMMIT-dirty"
-"$T" runs show "$a" | grep -q "^  code:        $COMMIT" || fail "runs show (text): no code line"
+grep -q "^  code:        $COMMIT" <<<"$("$T" runs show "$a")" || fail "runs show (text): no code line"
 
 # A downsampled read: 10 buckets over the 150 steps, min <= last <= max.
 "$T" runs metrics "$a" loss --buckets 10 -o json | py '
@@ -111,7 +111,7 @@ assert params["lr"]["differs"] and params["lr"]["values"] == ["0.05", "0.02"], p
 assert not params["model"]["differs"], params["model"]
 assert any(m["key"] == "loss" for m in c["metrics"]), c["metrics"]
 ' || fail "runs compare"
-"$T" runs compare "$a" "$b" | grep -q '^\* params.lr ' || fail "runs compare (text): lr not marked"
+grep -q '^\* params.lr ' <<<"$("$T" runs compare "$a" "$b")" || fail "runs compare (text): lr not marked"
 
 # runs --filter, like MLflow's search.
 ids=$("$T" runs --filter 'params.lr > 0.03 and metrics.loss < 100' -o json |
