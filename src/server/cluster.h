@@ -134,6 +134,8 @@ struct NodeView {
   // Whether its agent runs containers: "runc 1.1.5; images in <dir>", "none: <why>".
   std::string containers;
   std::vector<FaultSpec> faults;  // injected and active (not comm-slow)
+  // Its agent's dataset cache, as its last heartbeat said (docs/datasets.md).
+  std::vector<protocol::DatasetStatus> datasets;
 };
 
 // A fault injected into a node (docs/faults.md).

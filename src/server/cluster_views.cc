@@ -171,6 +171,7 @@ NodeView Cluster::Impl::NodeViewLocked(const std::string& name, const lifecycle:
   v.health_check = n.health_check;
   v.limits = n.limits;
   v.containers = n.containers;
+  v.datasets = n.datasets;
   if (auto x = extras_.find(name); x != extras_.end()) {
     v.telemetry = x->second.telemetry;
     v.links = x->second.links;

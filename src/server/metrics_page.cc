@@ -45,6 +45,7 @@ std::string RenderMetricsPage(const MetricsPage& page) {
   }
   std::map<MetricLabels, double> gpus;
   std::map<MetricLabels, double> heartbeat_age, limited;
+  std::map<MetricLabels, double> cache_bytes, cache_versions, staged_bytes, staging_rate;
   for (const NodeView& v : page.nodes) {
     ++by_state[std::string(NodeStateName(v.node.state))];
     const int64_t total = static_cast<int64_t>(v.node.gpus.size());
@@ -59,6 +60,20 @@ std::string RenderMetricsPage(const MetricsPage& page) {
           std::chrono::duration<double>(page.now - v.last_heartbeat).count();
     }
     if (!v.limits.empty()) limited[{{"node", v.node.name}}] = v.limits.starts_with("none") ? 0 : 1;
+    for (const protocol::DatasetStatus& d : v.datasets) {
+      const std::string state(protocol::DatasetStateName(d.state));
+      const MetricLabels by_state = {{"node", v.node.name}, {"state", state}};
+      cache_versions[by_state] += 1;
+      if (d.state != protocol::DatasetState::kFailed) {
+        cache_bytes[by_state] += static_cast<double>(
+            d.state == protocol::DatasetState::kReady ? d.bytes_total : d.bytes_done);
+      }
+      if (d.state == protocol::DatasetState::kStaging) {
+        const MetricLabels l = {{"node", v.node.name}, {"dataset", d.dataset}};
+        staged_bytes[l] += static_cast<double>(d.bytes_done);
+        staging_rate[l] += d.bytes_per_s;
+      }
+    }
   }
   e.Family("trainyard_nodes", "Nodes by state.", MetricType::kGauge);
   for (const auto& [state, n] : by_state) e.Sample({{"state", state}}, n);
@@ -69,6 +84,19 @@ std::string RenderMetricsPage(const MetricsPage& page) {
          "1 when the node's agent runs tasks in cgroups with cpu, memory and pids limits, 0 "
          "when the host gives it none (nodes says why).",
          limited);
+
+  Gauges(e, "trainyard_node_dataset_cache_bytes",
+         "Bytes in each node's dataset cache: versions ready, and copied so far of those "
+         "being staged.",
+         cache_bytes);
+  Gauges(e, "trainyard_node_dataset_cache_versions",
+         "Dataset versions in each node's cache by state (ready, staging, failed).",
+         cache_versions);
+  Gauges(e, "trainyard_dataset_staging_bytes",
+         "Bytes of a dataset copied so far to a node's cache, while it is being staged.",
+         staged_bytes);
+  Gauges(e, "trainyard_dataset_staging_bytes_per_second",
+         "How fast a dataset is being staged to a node's cache.", staging_rate);
 
   // --- jobs and queues ---
   std::map<MetricLabels, double> jobs;

@@ -541,6 +541,10 @@ MetricsPage FullPage() {
   ready.last_heartbeat = page.now - std::chrono::seconds(3);
   ready.gpus_used = 1;
   ready.limits = "cgroup v1 at /sys/fs/cgroup/cpu/trainyard, /sys/fs/cgroup/memory/trainyard";
+  const std::string v = "sha256:" + std::string(64, 'a');
+  ready.datasets = {{"imagenet", v, protocol::DatasetState::kReady, 1000, 1000, 0, "", 1},
+                    {"coco", v, protocol::DatasetState::kStaging, 300, 900, 2.5e8, "", 0},
+                    {"big", v, protocol::DatasetState::kFailed, 0, 9000, 0, "too large", 0}};
   for (int i = 0; i < 2; ++i) {
     ready.telemetry.push_back({.index = i,
                                .util_pct = 97,
@@ -628,6 +632,29 @@ TEST(MetricsPageTest, TaskLimitsSayWhichNodesLimitTheirTasks) {
   EXPECT_EQ(limits->samples[0].value, 1);
   EXPECT_THAT(limits->samples[1].labels, ElementsAre(Pair("node", "node-1")));
   EXPECT_EQ(limits->samples[1].value, 0);
+}
+
+TEST(MetricsPageTest, DatasetCachesAndStagingAreSeries) {
+  const std::vector<ParsedFamily> families = MustParse(RenderMetricsPage(FullPage()));
+  const ParsedFamily* bytes = FindFamily(families, "trainyard_node_dataset_cache_bytes");
+  ASSERT_NE(bytes, nullptr);
+  ASSERT_EQ(bytes->samples.size(), 2u);  // a failed version holds nothing
+  EXPECT_THAT(bytes->samples[0].labels,
+              ElementsAre(Pair("node", "node-0"), Pair("state", "ready")));
+  EXPECT_EQ(bytes->samples[0].value, 1000);
+  EXPECT_EQ(bytes->samples[1].value, 300);
+  const ParsedFamily* versions = FindFamily(families, "trainyard_node_dataset_cache_versions");
+  ASSERT_NE(versions, nullptr);
+  EXPECT_EQ(versions->samples.size(), 3u);
+  const ParsedFamily* rate = FindFamily(families, "trainyard_dataset_staging_bytes_per_second");
+  ASSERT_NE(rate, nullptr);
+  ASSERT_EQ(rate->samples.size(), 1u);
+  EXPECT_THAT(rate->samples[0].labels,
+              ElementsAre(Pair("node", "node-0"), Pair("dataset", "coco")));
+  EXPECT_EQ(rate->samples[0].value, 2.5e8);
+  const ParsedFamily* staged = FindFamily(families, "trainyard_dataset_staging_bytes");
+  ASSERT_NE(staged, nullptr);
+  EXPECT_EQ(staged->samples[0].value, 300);
 }
 
 TEST(MetricsPageTest, OwnGpuSeriesHaveSnakeCaseLabelsAndDcgmSeriesKeepTheirs) {
