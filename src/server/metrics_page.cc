@@ -46,6 +46,7 @@ std::string RenderMetricsPage(const MetricsPage& page) {
   std::map<MetricLabels, double> gpus;
   std::map<MetricLabels, double> heartbeat_age, limited;
   std::map<MetricLabels, double> cache_bytes, cache_versions, staged_bytes, staging_rate;
+  std::map<MetricLabels, double> link_up, link_errors, disk_free, disk_total;
   for (const NodeView& v : page.nodes) {
     ++by_state[std::string(NodeStateName(v.node.state))];
     const int64_t total = static_cast<int64_t>(v.node.gpus.size());
@@ -60,6 +61,16 @@ std::string RenderMetricsPage(const MetricsPage& page) {
           std::chrono::duration<double>(page.now - v.last_heartbeat).count();
     }
     if (!v.limits.empty()) limited[{{"node", v.node.name}}] = v.limits.starts_with("none") ? 0 : 1;
+    for (const protocol::LinkTelemetry& l : v.links) {
+      const MetricLabels labels = {
+          {"node", v.node.name}, {"link", l.name}, {"kind", l.kind.empty() ? "unknown" : l.kind}};
+      link_up[labels] = l.up ? 1 : 0;
+      link_errors[labels] = l.errors;
+    }
+    for (const protocol::DiskTelemetry& d : v.disks) {
+      disk_free[{{"node", v.node.name}, {"path", d.path}}] = d.free_bytes;
+      disk_total[{{"node", v.node.name}, {"path", d.path}}] = d.total_bytes;
+    }
     for (const protocol::DatasetStatus& d : v.datasets) {
       const std::string state(protocol::DatasetStateName(d.state));
       const MetricLabels by_state = {{"node", v.node.name}, {"state", state}};
@@ -85,6 +96,18 @@ std::string RenderMetricsPage(const MetricsPage& page) {
          "when the host gives it none (nodes says why).",
          limited);
 
+  Gauges(e, "trainyard_node_link_up",
+         "1 when the node's network link (InfiniBand port, NVLink) is up, 0 when down, as its "
+         "agent last said.",
+         link_up);
+  Gauges(e, "trainyard_node_link_errors",
+         "The link's error counter as its agent last read it (it only grows, except when its "
+         "source restarts: use increase() over it).",
+         link_errors);
+  Gauges(e, "trainyard_node_disk_free_bytes",
+         "Free bytes of each checkpoint and data path the node's agent watches.", disk_free);
+  Gauges(e, "trainyard_node_disk_total_bytes",
+         "Size of the file system of each path the node's agent watches.", disk_total);
   Gauges(e, "trainyard_node_dataset_cache_bytes",
          "Bytes in each node's dataset cache: versions ready, and copied so far of those "
          "being staged.",

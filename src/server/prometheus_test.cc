@@ -542,6 +542,8 @@ MetricsPage FullPage() {
   ready.gpus_used = 1;
   ready.limits = "cgroup v1 at /sys/fs/cgroup/cpu/trainyard, /sys/fs/cgroup/memory/trainyard";
   const std::string v = "sha256:" + std::string(64, 'a');
+  ready.links = {{"ib0", "ib", true, 3}, {"nvlink0", "nvlink", false, 12}};
+  ready.disks = {{"/var/lib/trainyard", 5e11, 2e12}};
   ready.datasets = {{"imagenet", v, protocol::DatasetState::kReady, 1000, 1000, 0, "", 1},
                     {"coco", v, protocol::DatasetState::kStaging, 300, 900, 2.5e8, "", 0},
                     {"big", v, protocol::DatasetState::kFailed, 0, 9000, 0, "too large", 0}};
@@ -632,6 +634,27 @@ TEST(MetricsPageTest, TaskLimitsSayWhichNodesLimitTheirTasks) {
   EXPECT_EQ(limits->samples[0].value, 1);
   EXPECT_THAT(limits->samples[1].labels, ElementsAre(Pair("node", "node-1")));
   EXPECT_EQ(limits->samples[1].value, 0);
+}
+
+TEST(MetricsPageTest, LinksAndDisksTheAlertsReadAreSeriesToo) {
+  const std::vector<ParsedFamily> families = MustParse(RenderMetricsPage(FullPage()));
+  const ParsedFamily* up = FindFamily(families, "trainyard_node_link_up");
+  ASSERT_NE(up, nullptr);
+  ASSERT_EQ(up->samples.size(), 2u);
+  EXPECT_THAT(up->samples[0].labels,
+              ElementsAre(Pair("node", "node-0"), Pair("link", "ib0"), Pair("kind", "ib")));
+  EXPECT_EQ(up->samples[0].value, 1);
+  EXPECT_EQ(up->samples[1].value, 0);
+  const ParsedFamily* errors = FindFamily(families, "trainyard_node_link_errors");
+  ASSERT_NE(errors, nullptr);
+  EXPECT_EQ(errors->samples[1].value, 12);
+  const ParsedFamily* free = FindFamily(families, "trainyard_node_disk_free_bytes");
+  ASSERT_NE(free, nullptr);
+  ASSERT_EQ(free->samples.size(), 1u);
+  EXPECT_THAT(free->samples[0].labels,
+              ElementsAre(Pair("node", "node-0"), Pair("path", "/var/lib/trainyard")));
+  EXPECT_EQ(free->samples[0].value, 5e11);
+  ASSERT_NE(FindFamily(families, "trainyard_node_disk_total_bytes"), nullptr);
 }
 
 TEST(MetricsPageTest, DatasetCachesAndStagingAreSeries) {
