@@ -259,6 +259,10 @@ std::string RenderMetricsPage(const MetricsPage& page) {
       {"trainyard_job_step_time_seconds", "Wall time of the job's latest step (rank 0).",
        "step_time_s"},
       {"trainyard_job_tokens_per_second", "Tokens per second, summed over ranks.", "tokens_per_s"},
+      {"trainyard_job_data_wait_seconds",
+       "Time the job's latest step waited for its data (rank 0; the SDK's trainyard.timed "
+       "measures it).",
+       "data_wait_s"},
   };
   auto job_labels = [](const JobProgress& j) {
     return MetricLabels{
@@ -284,6 +288,11 @@ std::string RenderMetricsPage(const MetricsPage& page) {
            "Seconds since the job's latest complete checkpoint.", MetricType::kGauge);
   for (const JobProgress& j : page.jobs) {
     if (j.checkpoint_age_seconds) e.Sample(job_labels(j), *j.checkpoint_age_seconds);
+  }
+  e.Family("trainyard_job_checkpoint_write_seconds",
+           "How long the job's latest complete checkpoint took to write.", MetricType::kGauge);
+  for (const JobProgress& j : page.jobs) {
+    if (j.checkpoint_write_seconds) e.Sample(job_labels(j), *j.checkpoint_write_seconds);
   }
   e.Family("trainyard_job_attempts", "Attempts the job has made (retries and preemptions add one).",
            MetricType::kGauge);

@@ -30,9 +30,11 @@ struct JobProgress {
   std::string queue;
   int32_t attempts = 0;
   std::optional<int64_t> step;
-  std::map<std::string, double> latest;  // loss, grad_norm, lr, step_time_s, tokens_per_s
+  // loss, grad_norm, lr, step_time_s, tokens_per_s, data_wait_s
+  std::map<std::string, double> latest;
   std::optional<double> mfu;
   std::optional<double> checkpoint_age_seconds;
+  std::optional<double> checkpoint_write_seconds;  // of its latest complete checkpoint
 };
 
 // How long the API took to answer, per route (the pattern as registered; "unmatched"

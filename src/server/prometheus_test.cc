@@ -592,9 +592,11 @@ MetricsPage FullPage() {
                                   {"grad_norm", 0.8},
                                   {"lr", 3e-4},
                                   {"step_time_s", 1.5},
-                                  {"tokens_per_s", 52'000}},
+                                  {"tokens_per_s", 52'000},
+                                  {"data_wait_s", 0.25}},
                        .mfu = 0.41,
-                       .checkpoint_age_seconds = 600});
+                       .checkpoint_age_seconds = 600,
+                       .checkpoint_write_seconds = 12.5});
   monitor::Alert alert;
   alert.rule = "GPUXidError";
   alert.labels = {
@@ -634,6 +636,18 @@ TEST(MetricsPageTest, TaskLimitsSayWhichNodesLimitTheirTasks) {
   EXPECT_EQ(limits->samples[0].value, 1);
   EXPECT_THAT(limits->samples[1].labels, ElementsAre(Pair("node", "node-1")));
   EXPECT_EQ(limits->samples[1].value, 0);
+}
+
+TEST(MetricsPageTest, DataWaitAndCheckpointWriteTimePerJob) {
+  const std::vector<ParsedFamily> families = MustParse(RenderMetricsPage(FullPage()));
+  const ParsedFamily* wait = FindFamily(families, "trainyard_job_data_wait_seconds");
+  ASSERT_NE(wait, nullptr);
+  ASSERT_EQ(wait->samples.size(), 1u);
+  EXPECT_EQ(wait->samples[0].value, 0.25);
+  const ParsedFamily* write = FindFamily(families, "trainyard_job_checkpoint_write_seconds");
+  ASSERT_NE(write, nullptr);
+  ASSERT_EQ(write->samples.size(), 1u);
+  EXPECT_EQ(write->samples[0].value, 12.5);
 }
 
 TEST(MetricsPageTest, LinksAndDisksTheAlertsReadAreSeriesToo) {

@@ -32,6 +32,8 @@ JobProgress ProgressOf(const Job& j, const track::RunRecord& run, Timestamp now)
   if (j.checkpoint) {
     p.checkpoint_age_seconds =
         std::chrono::duration<double>(now - j.checkpoint->completed_at).count();
+    p.checkpoint_write_seconds =
+        std::chrono::duration<double>(j.checkpoint->write_duration).count();
   }
   return p;
 }
