@@ -20,10 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-void Write(const std::string& path, const std::string& content) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << content;
-}
+using store::test::WriteFile;
 
 class DataCacheTest : public ::testing::Test {
  protected:
@@ -34,7 +31,7 @@ class DataCacheTest : public ::testing::Test {
       // The dataset's name in its bytes: datasets of the same shape differ in content.
       std::string bytes(size, static_cast<char>('a' + i));
       bytes.replace(0, std::min(name.size(), size), name.substr(0, size));
-      Write(dir + "/part-" + std::to_string(i), bytes);
+      WriteFile(dir + "/part-" + std::to_string(i), bytes);
     }
     auto m = data::BuildManifest(dir);
     EXPECT_TRUE(m.ok());
@@ -164,7 +161,7 @@ TEST_F(DataCacheTest, AVersionLargerThanTheCacheOrUnreadableFailsNamingIt) {
   cache->Stage(Entry("small", v), Manifests());
   EXPECT_THAT(Settle(*cache, v).error, HasSubstr("cannot get its manifest: no manifest of"));
   const std::string w = MakeDataset("changing", 1, 10);
-  Write(tmp_.path() + "/shared/changing/part-0", std::string(10, 'z'));
+  WriteFile(tmp_.path() + "/shared/changing/part-0", std::string(10, 'z'));
   cache->Stage(Entry("changing", w), Manifests());
   EXPECT_THAT(Settle(*cache, w).error, HasSubstr("part-0: its content at the source"));
 }

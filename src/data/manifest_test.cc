@@ -18,10 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-void Write(const std::string& path, const std::string& content) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << content;
-}
+using store::test::WriteFile;
 
 std::string Sha(const std::string& s) {
   Sha256 h;
@@ -31,10 +28,10 @@ std::string Sha(const std::string& s) {
 
 // A small tree: nested directories, an empty file, an empty directory, a space in a name.
 void MakeTree(const std::string& root) {
-  Write(root + "/train/shard-0.bin", "abc");
-  Write(root + "/train/shard-1.bin", std::string(3 << 20, 'x'));  // several read chunks
-  Write(root + "/val/part 0.txt", "");
-  Write(root + "/README", "hello\n");
+  WriteFile(root + "/train/shard-0.bin", "abc");
+  WriteFile(root + "/train/shard-1.bin", std::string(3 << 20, 'x'));  // several read chunks
+  WriteFile(root + "/val/part 0.txt", "");
+  WriteFile(root + "/README", "hello\n");
   fs::create_directories(root + "/empty/dir");
 }
 
@@ -68,19 +65,19 @@ TEST(ManifestTest, TheVersionIsTheContentsWhateverTheThreadsTimesOrOrderOfWritin
   store::test::TempDir a, b;
   MakeTree(a.path());
   // The same content written in another order, later, with other modes.
-  Write(b.path() + "/val/part 0.txt", "");
-  Write(b.path() + "/README", "hello\n");
-  Write(b.path() + "/train/shard-1.bin", std::string(3 << 20, 'x'));
-  Write(b.path() + "/train/shard-0.bin", "abc");
+  WriteFile(b.path() + "/val/part 0.txt", "");
+  WriteFile(b.path() + "/README", "hello\n");
+  WriteFile(b.path() + "/train/shard-1.bin", std::string(3 << 20, 'x'));
+  WriteFile(b.path() + "/train/shard-0.bin", "abc");
   chmod((b.path() + "/README").c_str(), 0600);
   auto one = BuildManifest(a.path(), {.threads = 1});
   auto many = BuildManifest(b.path(), {.threads = 8});
   ASSERT_TRUE(one.ok() && many.ok());
   EXPECT_EQ(one->Version(), many->Version());
   // One byte more, a renamed file: another version.
-  Write(b.path() + "/train/shard-0.bin", "abcd");
+  WriteFile(b.path() + "/train/shard-0.bin", "abcd");
   EXPECT_NE(BuildManifest(b.path())->Version(), one->Version());
-  Write(b.path() + "/train/shard-0.bin", "abc");
+  WriteFile(b.path() + "/train/shard-0.bin", "abc");
   EXPECT_EQ(BuildManifest(b.path())->Version(), one->Version());
   fs::rename(b.path() + "/README", b.path() + "/README.md");
   EXPECT_NE(BuildManifest(b.path())->Version(), one->Version());
@@ -98,10 +95,10 @@ TEST(ManifestTest, ARebuildReadsOnlyTheFilesWhoseSizeOrMtimeChanged) {
   EXPECT_EQ(stats.files_reused, 4);
   EXPECT_EQ(same->Version(), first->Version());
   // A file rewritten with new content and a new mtime is read again; the others are not.
-  Write(dir.path() + "/README", "hello again\n");
+  WriteFile(dir.path() + "/README", "hello again\n");
   struct timeval later[2] = {{2'000'000'000, 0}, {2'000'000'000, 0}};
   utimes((dir.path() + "/README").c_str(), later);
-  Write(dir.path() + "/new.txt", "n");
+  WriteFile(dir.path() + "/new.txt", "n");
   auto next = BuildManifest(dir.path(), {.previous = &*first}, &stats);
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(stats.files_read, 2);
@@ -123,7 +120,7 @@ TEST(ManifestTest, LinksAndSpecialFilesAreRefusedNamingThePath) {
   ASSERT_FALSE(fifo.ok());
   EXPECT_THAT(fifo.status().message(), HasSubstr("val/pipe: not a regular file"));
   fs::remove(dir.path() + "/val/pipe");
-  Write(dir.path() + "/bad\nname", "x");
+  WriteFile(dir.path() + "/bad\nname", "x");
   auto newline = BuildManifest(dir.path());
   ASSERT_FALSE(newline.ok());
   EXPECT_THAT(newline.status().message(), HasSubstr("a path holds a newline"));

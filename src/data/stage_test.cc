@@ -16,10 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-void Write(const std::string& path, const std::string& content) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << content;
-}
+using store::test::WriteFile;
 
 std::string Read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -31,10 +28,10 @@ std::string Read(const std::string& path) {
 class StageTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Write(src() + "/train/shard-0.bin", "abc");
-    Write(src() + "/train/deep/shard-1.bin", std::string(3 << 20, 'x'));  // several chunks
-    Write(src() + "/README", "hello\n");
-    Write(src() + "/empty", "");
+    WriteFile(src() + "/train/shard-0.bin", "abc");
+    WriteFile(src() + "/train/deep/shard-1.bin", std::string(3 << 20, 'x'));  // several chunks
+    WriteFile(src() + "/README", "hello\n");
+    WriteFile(src() + "/empty", "");
     auto m = BuildManifest(src());
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     manifest_ = *m;
@@ -78,7 +75,7 @@ TEST_F(StageTest, CopiesEveryFileReadOnlyAndReportsProgress) {
 TEST_F(StageTest, ASourceThatChangedSinceTheVersionFailsNamingTheFileAndLeavesNothing) {
   fs::create_directories(dir_.path() + "/cache");
   SharedPathFetcher fetcher(src());
-  Write(src() + "/train/shard-0.bin", "abd");  // same size, other bytes
+  WriteFile(src() + "/train/shard-0.bin", "abd");  // same size, other bytes
   Status s = StageVersion(manifest_, fetcher, dest());
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("train/shard-0.bin: its content at the source"));
@@ -86,7 +83,7 @@ TEST_F(StageTest, ASourceThatChangedSinceTheVersionFailsNamingTheFileAndLeavesNo
   EXPECT_FALSE(fs::exists(dest()));
   EXPECT_FALSE(fs::exists(dest() + ".partial"));
 
-  Write(src() + "/train/shard-0.bin", "abcd");  // longer
+  WriteFile(src() + "/train/shard-0.bin", "abcd");  // longer
   s = StageVersion(manifest_, fetcher, dest());
   EXPECT_THAT(s.message(),
               HasSubstr("train/shard-0.bin: 3 bytes in the version, more at the source"));

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,12 @@
 #include "core/status.h"
 
 namespace trainyard::store::test {
+
+// Writes `content` to `path` (binary), making its parent directories first.
+inline void WriteFile(const std::string& path, const std::string& content) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << content;
+}
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it on
 // destruction.
